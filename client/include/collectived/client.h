@@ -1,0 +1,164 @@
+// collectived client library.
+//
+//   std::unique_ptr<collectived::Client> client;
+//   Status s = Client::Connect({.socket_path = "/run/collectived/collectived.sock"}, &client);
+//   Buffer buf;  client->AllocBuffer(bytes, &buf);          // daemon-owned, mapped here
+//   std::unique_ptr<Communicator> comm;
+//   client->CreateCommunicator({.key = "job-42", .world_size = 4, .rank = r}, &comm);
+//   Handle h;  comm->AllReduce(buf, buf, count, DataType::kFloat32, ReduceOp::kSum, &h);
+//   h.Wait();                                               // polls shared memory, no RPC
+//
+// Ops are posted into the communicator's shared op ring (no RPC on the hot
+// path). Do not touch a send buffer until its op completed, nor read a receive
+// buffer before. Ops on one communicator must be posted in the same order by
+// every rank, from one thread at a time per communicator (as with NCCL).
+#ifndef COLLECTIVED_CLIENT_H_
+#define COLLECTIVED_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectived/status.h"
+#include "collectived/types.h"
+
+namespace collectived {
+
+constexpr uint32_t kApiMajor = 1;
+constexpr uint32_t kApiMinor = 0;
+
+class ClientImpl;
+class CommunicatorImpl;
+struct HandleState;
+struct BufferState;
+
+struct ClientOptions {
+  std::string socket_path;  // the daemon's gRPC Unix socket
+  std::string client_name = "client";
+  int rpc_timeout_ms = 10000;  // deadline of every control-plane call
+};
+
+struct VersionInfo {
+  std::string daemon_version;
+  uint32_t api_major = 0;
+  uint32_t api_minor = 0;
+  std::vector<std::string> backends;
+  std::string active_backend;
+  std::vector<std::string> capabilities;
+  uint64_t max_message_bytes = 0;
+};
+
+// Daemon-owned shared memory mapped into this process. Move-only; freed (in
+// the daemon too) on destruction or Free().
+class Buffer {
+ public:
+  Buffer();
+  ~Buffer();
+  Buffer(Buffer&&) noexcept;
+  Buffer& operator=(Buffer&&) noexcept;
+
+  void* data() const;
+  uint64_t size() const;
+  uint64_t id() const;
+  bool valid() const { return state_ != nullptr; }
+  // FAILED_PRECONDITION while a posted op still uses the buffer.
+  Status Free();
+
+  template <typename T>
+  T* as() const { return static_cast<T*>(data()); }
+
+ private:
+  friend class ClientImpl;
+  std::shared_ptr<BufferState> state_;
+};
+
+// A byte offset into a Buffer.
+struct BufferSpan {
+  BufferSpan(const Buffer& b, uint64_t off = 0) : buffer(&b), offset(off) {}  // NOLINT: implicit on purpose
+  const Buffer* buffer;
+  uint64_t offset;
+};
+
+// Completion of one op: (communicator, rank, op index). Copyable; every copy
+// observes the same completion, any number of times, from any thread.
+class Handle {
+ public:
+  Handle() = default;
+  bool valid() const { return state_ != nullptr; }
+  uint64_t op_index() const;
+  // Waits until the op completed (all of it, copy-out included) and returns
+  // its status. timeout_ms < 0: the communicator's op timeout plus a margin.
+  Status Wait(int timeout_ms = -1) const;
+  // True when complete; *status gets the op's status then.
+  bool Test(Status* status) const;
+  // Drops this reference. Idempotent.
+  void Release() { state_.reset(); }
+
+ private:
+  friend class CommunicatorImpl;
+  std::shared_ptr<HandleState> state_;
+};
+
+struct CommunicatorOptions {
+  std::string key;          // shared by all members (like an NCCL unique id)
+  uint32_t world_size = 0;
+  uint32_t rank = 0;
+  ExecutionMode mode = ExecutionMode::kDefault;
+  uint32_t op_timeout_ms = 0;   // 0: the daemon's default; all members must agree
+  int join_timeout_ms = 60000;  // how long to wait for every member to join
+};
+
+class Communicator {
+ public:
+  ~Communicator();  // Destroy(), ignoring its status
+
+  uint32_t rank() const;
+  uint32_t world_size() const;
+  uint64_t id() const;
+  ExecutionMode mode() const;
+  uint64_t max_message_bytes() const;
+
+  // recv[j] = op over ranks of send[j], j < count. In place when send and recv
+  // are the same span.
+  Status AllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op, Handle* handle);
+  // recv[k * count + j] = send of rank k [j]. In place when send is recv's
+  // rank-th chunk.
+  Status AllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle);
+  // The same ops posted by the daemon through the Submit RPC, for callers that
+  // do not post into the ring themselves. Needs a daemon-executed communicator.
+  Status SubmitAllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
+                         Handle* handle);
+  Status SubmitAllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle);
+
+  // Waits for this rank's posted ops, then leaves. Peers that still post ops
+  // get ABORTED. Idempotent.
+  Status Destroy();
+
+ private:
+  friend class ClientImpl;
+  explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  std::unique_ptr<CommunicatorImpl> impl_;
+};
+
+class Client {
+ public:
+  // Checks the daemon's API major version, attaches a session and opens the
+  // fd socket (the session's lease).
+  static Status Connect(const ClientOptions& options, std::unique_ptr<Client>* out);
+  ~Client();  // detaches; the daemon frees what the session held
+
+  Status GetVersion(VersionInfo* out);
+  Status AllocBuffer(uint64_t bytes, Buffer* out);
+  // Blocks until every member joined (or join_timeout_ms passed).
+  Status CreateCommunicator(const CommunicatorOptions& options, std::unique_ptr<Communicator>* out);
+  uint64_t session_id() const;
+
+ private:
+  explicit Client(std::shared_ptr<ClientImpl> impl);
+  std::shared_ptr<ClientImpl> impl_;
+};
+
+}  // namespace collectived
+
+#endif  // COLLECTIVED_CLIENT_H_

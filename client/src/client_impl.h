@@ -1,0 +1,68 @@
+// Private: the client library's connection to one daemon.
+#ifndef COLLECTIVED_CLIENT_SRC_CLIENT_IMPL_H_
+#define COLLECTIVED_CLIENT_SRC_CLIENT_IMPL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "collectived/client.h"
+#include "collectived/v1/collectived.grpc.pb.h"
+#include "ipc/shm_window.h"
+#include "kernels/host/host_executor.h"
+#include "ring/segment_layout.h"
+
+namespace collectived {
+
+namespace v1 = ::collectived::v1;
+
+struct BufferState {
+  std::weak_ptr<ClientImpl> client;
+  uint64_t id = 0;
+  std::shared_ptr<ipc::ShmWindow> window;
+  uint64_t offset = 0;  // of the buffer inside its window
+  uint64_t bytes = 0;
+  bool freed = false;
+};
+
+class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
+ public:
+  explicit ClientImpl(ClientOptions options) : options_(std::move(options)) {}
+  ~ClientImpl();
+
+  Status Connect();
+  Status GetVersion(VersionInfo* out);
+  Status AllocBuffer(uint64_t bytes, Buffer* out);
+  Status FreeBuffer(BufferState* state);
+  Status CreateCommunicator(const CommunicatorOptions& options, std::unique_ptr<Communicator>* out);
+  Status DestroyCommunicator(uint64_t comm_id, uint32_t rank);
+  Status Submit(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op, uint64_t* index);
+
+  // Pointer to [offset, offset + bytes) of one of this client's buffers.
+  Status ResolveOwn(uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr);
+  // The buffer behind a span, if it belongs to this client.
+  Status CheckSpan(const BufferSpan& span, uint64_t bytes, const char* what, uint64_t* buffer_id) const;
+
+  uint64_t session_id() const { return session_id_; }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  std::unique_ptr<grpc::ClientContext> NewContext(int timeout_ms = -1) const;
+  Status FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_ptr<ipc::ShmWindow>* out);
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::CollectiveService::Stub> stub_;
+  uint64_t session_id_ = 0;
+  int fd_sock_ = -1;
+  std::mutex fd_mu_;
+  mutable std::mutex buffers_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<BufferState>> buffers_;
+};
+
+}  // namespace collectived
+
+#endif  // COLLECTIVED_CLIENT_SRC_CLIENT_IMPL_H_

@@ -1,0 +1,154 @@
+#include "client/src/communicator_impl.h"
+
+#include "ring/matcher.h"
+#include "ring/op_ring.h"
+#include "ring/wait.h"
+
+namespace collectived {
+
+// ---- Handle ----------------------------------------------------------------
+
+uint64_t Handle::op_index() const { return state_ ? state_->index : 0; }
+
+Status Handle::Wait(int timeout_ms) const {
+  if (!state_) return Status::FailedPrecondition("waiting on an empty handle");
+  HandleState& h = *state_;
+  {
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (h.known) return h.status;
+  }
+  const int ms = timeout_ms < 0 ? h.default_timeout_ms : timeout_ms;
+  ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + static_cast<int64_t>(ms) * 1000000};
+  Status s = ring::WaitOpDone(h.seg, h.rank, h.index, ctx);
+  if (ring::IsOpDone(h.seg, h.rank, h.index)) {
+    std::lock_guard<std::mutex> lock(h.mu);
+    if (!h.known) {
+      h.known = true;
+      h.status = s;
+    }
+    return h.status;
+  }
+  return s;  // not complete: timed out (the op may still finish later)
+}
+
+bool Handle::Test(Status* status) const {
+  if (!state_) {
+    if (status) *status = Status::FailedPrecondition("testing an empty handle");
+    return true;
+  }
+  if (!ring::IsOpDone(state_->seg, state_->rank, state_->index)) return false;
+  Status s = Wait(0);
+  if (status) *status = s;
+  return true;
+}
+
+// ---- Communicator ----------------------------------------------------------
+
+Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() { Destroy(); }
+uint32_t Communicator::rank() const { return impl_->rank(); }
+uint32_t Communicator::world_size() const { return impl_->world_size(); }
+uint64_t Communicator::id() const { return impl_->id(); }
+ExecutionMode Communicator::mode() const { return impl_->mode(); }
+uint64_t Communicator::max_message_bytes() const { return impl_->max_message_bytes(); }
+Status Communicator::Destroy() { return impl_->Destroy(); }
+
+Status Communicator::AllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
+                               Handle* handle) {
+  return impl_->Post(CollectiveKind::kAllReduce, send, recv, count, dtype, op, false, handle);
+}
+Status Communicator::AllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle) {
+  return impl_->Post(CollectiveKind::kAllGather, send, recv, count, dtype, ReduceOp::kUnspecified, false, handle);
+}
+Status Communicator::SubmitAllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
+                                     Handle* handle) {
+  return impl_->Post(CollectiveKind::kAllReduce, send, recv, count, dtype, op, true, handle);
+}
+Status Communicator::SubmitAllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype,
+                                     Handle* handle) {
+  return impl_->Post(CollectiveKind::kAllGather, send, recv, count, dtype, ReduceOp::kUnspecified, true, handle);
+}
+
+// ---- CommunicatorImpl ------------------------------------------------------
+
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t comm_id, uint32_t rank,
+                                   ring::CommSegment seg, std::shared_ptr<ipc::ShmWindow> window,
+                                   ExecutionMode mode)
+    : client_(std::move(client)), comm_id_(comm_id), rank_(rank), seg_(seg), window_(std::move(window)),
+      mode_(mode) {}
+
+CommunicatorImpl::~CommunicatorImpl() { Destroy(); }
+
+void CommunicatorImpl::Start() {
+  if (mode_ != ExecutionMode::kClient) return;
+  executor_ = std::make_unique<host::RankExecutor>(seg_, rank_, this);
+  executor_->Start();
+}
+
+Status CommunicatorImpl::Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) {
+  if (rank != rank_) return Status::Internal("client executor asked for another rank's buffer");
+  return client_->ResolveOwn(buffer_id, offset, bytes, ptr);
+}
+
+Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan recv, uint64_t count,
+                              DataType dtype, ReduceOp op, bool via_rpc, Handle* handle) {
+  if (handle == nullptr) return Status::InvalidArgument("handle is null");
+  if (destroyed_) return Status::FailedPrecondition("communicator was destroyed");
+  ring::OpDescriptor d{};
+  d.kind = kind;
+  d.dtype = dtype;
+  d.reduce_op = op;
+  d.count = count;
+  COLLECTIVED_RETURN_IF_ERROR(ring::ValidateDescriptor(d, max_message_bytes()));
+  const uint64_t in_bytes = count * DataTypeSize(dtype);
+  const uint64_t out_bytes = kind == CollectiveKind::kAllGather ? in_bytes * world_size() : in_bytes;
+  COLLECTIVED_RETURN_IF_ERROR(client_->CheckSpan(send, in_bytes, "send", &d.send_buffer_id));
+  COLLECTIVED_RETURN_IF_ERROR(client_->CheckSpan(recv, out_bytes, "recv", &d.recv_buffer_id));
+  d.send_offset = send.offset;
+  d.recv_offset = recv.offset;
+  d.algorithm = ring::ChooseAlgorithm(kind, in_bytes, seg_.header().one_shot_max_bytes);
+
+  uint64_t index = 0;
+  if (via_rpc) {
+    v1::OpRequest req;
+    req.set_kind(static_cast<v1::CollectiveKind>(kind));
+    req.set_dtype(static_cast<v1::DataType>(dtype));
+    req.set_reduce_op(static_cast<v1::ReduceOp>(op));
+    req.set_count(count);
+    req.set_send_buffer_id(d.send_buffer_id);
+    req.set_send_offset(d.send_offset);
+    req.set_recv_buffer_id(d.recv_buffer_id);
+    req.set_recv_offset(d.recv_offset);
+    COLLECTIVED_RETURN_IF_ERROR(client_->Submit(comm_id_, rank_, req, &index));
+  } else {
+    ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.header().op_timeout_ns)};
+    COLLECTIVED_RETURN_IF_ERROR(ring::PostOp(seg_, rank_, d, ctx, &index));
+  }
+  auto state = std::make_shared<HandleState>();
+  state->window = window_;
+  state->seg = seg_;
+  state->rank = rank_;
+  state->index = index;
+  state->default_timeout_ms = OpTimeoutMs() + 5000;
+  *handle = Handle();
+  handle->state_ = std::move(state);
+  return Status::Ok();
+}
+
+Status CommunicatorImpl::Destroy() {
+  if (destroyed_) return destroy_status_;
+  destroyed_ = true;
+  // Let this rank's posted ops finish (or fail) before leaving.
+  const uint64_t posted = seg_.control(rank_).next_index.value.load(std::memory_order_acquire);
+  ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.header().op_timeout_ns) +
+                                              5'000'000'000LL};
+  Status drained = posted == 0 ? Status::Ok()
+                               : ring::WaitAtLeast(seg_.control(rank_).completed.value, posted, ctx,
+                                                   "this rank's ops to finish before destroy");
+  if (executor_) executor_->Stop();
+  destroy_status_ = client_->DestroyCommunicator(comm_id_, rank_);
+  if (destroy_status_.ok() && !drained.ok()) destroy_status_ = drained;
+  return destroy_status_;
+}
+
+}  // namespace collectived

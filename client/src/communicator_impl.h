@@ -1,0 +1,60 @@
+// Private: one rank's view of a communicator in a client process.
+#ifndef COLLECTIVED_CLIENT_SRC_COMMUNICATOR_IMPL_H_
+#define COLLECTIVED_CLIENT_SRC_COMMUNICATOR_IMPL_H_
+
+#include <memory>
+#include <mutex>
+
+#include "client/src/client_impl.h"
+#include "kernels/host/host_executor.h"
+#include "ring/segment_layout.h"
+
+namespace collectived {
+
+struct HandleState {
+  std::shared_ptr<ipc::ShmWindow> window;  // keeps the segment mapped
+  ring::CommSegment seg;
+  uint32_t rank = 0;
+  uint64_t index = 0;
+  int default_timeout_ms = 0;
+  std::mutex mu;
+  bool known = false;  // `status` is final
+  Status status;
+};
+
+class CommunicatorImpl : public host::BufferResolver {
+ public:
+  CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t comm_id, uint32_t rank, ring::CommSegment seg,
+                   std::shared_ptr<ipc::ShmWindow> window, ExecutionMode mode);
+  ~CommunicatorImpl() override;
+
+  void Start();  // the rank's executor, in client-executed mode
+  Status Post(CollectiveKind kind, BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
+              bool via_rpc, Handle* handle);
+  Status Destroy();
+
+  Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) override;
+
+  uint32_t rank() const { return rank_; }
+  uint32_t world_size() const { return seg_.world_size(); }
+  uint64_t id() const { return comm_id_; }
+  ExecutionMode mode() const { return mode_; }
+  uint64_t max_message_bytes() const { return seg_.header().max_message_bytes; }
+
+ private:
+  int OpTimeoutMs() const { return static_cast<int>(seg_.header().op_timeout_ns / 1000000); }
+
+  std::shared_ptr<ClientImpl> client_;
+  uint64_t comm_id_;
+  uint32_t rank_;
+  ring::CommSegment seg_;
+  std::shared_ptr<ipc::ShmWindow> window_;
+  ExecutionMode mode_;
+  std::unique_ptr<host::RankExecutor> executor_;
+  bool destroyed_ = false;
+  Status destroy_status_;
+};
+
+}  // namespace collectived
+
+#endif  // COLLECTIVED_CLIENT_SRC_COMMUNICATOR_IMPL_H_

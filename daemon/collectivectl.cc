@@ -1,0 +1,145 @@
+// collectivectl: operator CLI for collectived (status, health, version, stats, drain).
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "collectived/v1/collectived.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace v1 = collectived::v1;
+
+namespace {
+
+std::unique_ptr<grpc::ClientContext> Context(int timeout_ms) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  return ctx;
+}
+
+int Fail(const char* what, const grpc::Status& s) {
+  std::fprintf(stderr, "collectivectl: %s failed: %d %s\n", what, static_cast<int>(s.error_code()),
+               s.error_message().c_str());
+  return 1;
+}
+
+const char* ModeName(v1::ExecutionMode m) {
+  return m == v1::EXECUTION_MODE_DAEMON ? "daemon" : m == v1::EXECUTION_MODE_CLIENT ? "client" : "default";
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+void PrintStats(const v1::GetStatsResponse& r, bool json) {
+  if (json) {
+    std::printf("{\"sessions\":%llu,\"buffers\":%llu,\"buffer_bytes\":%llu,\"draining\":%s,\"communicators\":[",
+                (unsigned long long)r.sessions(), (unsigned long long)r.buffers(),
+                (unsigned long long)r.buffer_bytes(), r.draining() ? "true" : "false");
+    for (int i = 0; i < r.communicators_size(); ++i) {
+      const auto& c = r.communicators(i);
+      std::printf("%s{\"id\":%llu,\"key\":\"%s\",\"world_size\":%u,\"mode\":\"%s\",\"posted\":%llu,\"matched\":%llu,"
+                  "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"abort_reason\":\"%s\"}",
+                  i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
+                  ModeName(c.mode()), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
+                  (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
+                  JsonEscape(c.abort_reason()).c_str());
+    }
+    std::printf("]}\n");
+    return;
+  }
+  std::printf("sessions %llu, buffers %llu (%llu bytes)%s\n", (unsigned long long)r.sessions(),
+              (unsigned long long)r.buffers(), (unsigned long long)r.buffer_bytes(),
+              r.draining() ? ", DRAINING" : "");
+  std::printf("%-6s %-24s %5s %-7s %10s %10s %10s %8s  %s\n", "id", "key", "ranks", "mode", "posted", "matched",
+              "completed", "failed", "state");
+  for (const auto& c : r.communicators()) {
+    std::printf("%-6llu %-24s %5u %-7s %10llu %10llu %10llu %8llu  %s\n", (unsigned long long)c.comm_id(),
+                c.key().c_str(), c.world_size(), ModeName(c.mode()), (unsigned long long)c.posted(),
+                (unsigned long long)c.matched(), (unsigned long long)c.completed(), (unsigned long long)c.failed(),
+                c.aborted() ? ("aborted: " + c.abort_reason()).c_str() : "ok");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"collectivectl: control collectived"};
+  std::string socket = "/run/collectived/collectived.sock";
+  std::string output = "table";
+  int timeout_ms = 5000;
+  app.add_option("--socket", socket, "daemon socket")->envname("COLLECTIVED_SOCKET")->capture_default_str();
+  app.add_option("-o,--output", output, "table | json")->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--timeout-ms", timeout_ms, "deadline of each call")->capture_default_str();
+  auto* status_cmd = app.add_subcommand("status", "version, health and communicators");
+  auto* health_cmd = app.add_subcommand("health", "grpc.health.v1 check; exit 0 only when SERVING");
+  auto* version_cmd = app.add_subcommand("version", "daemon and API versions, backends, capabilities");
+  auto* stats_cmd = app.add_subcommand("stats", "per-communicator op counters");
+  auto* drain_cmd = app.add_subcommand("drain", "stop accepting new work");
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  const bool json = output == "json";
+
+  auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+  auto stub = v1::CollectiveService::NewStub(channel);
+
+  if (health_cmd->parsed() || status_cmd->parsed()) {
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    auto ctx = Context(timeout_ms);
+    grpc::Status s = health->Check(ctx.get(), req, &resp);
+    if (!s.ok()) return Fail("health check", s);
+    const char* name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()).c_str();
+    if (health_cmd->parsed()) {
+      if (json) std::printf("{\"status\":\"%s\"}\n", name);
+      else std::printf("%s\n", name);
+      return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+    }
+    if (!json) std::printf("health: %s\n", name);
+  }
+  if (version_cmd->parsed() || status_cmd->parsed()) {
+    v1::GetVersionResponse v;
+    auto ctx = Context(timeout_ms);
+    grpc::Status s = stub->GetVersion(ctx.get(), v1::GetVersionRequest(), &v);
+    if (!s.ok()) return Fail("GetVersion", s);
+    std::string caps;
+    for (const auto& c : v.capabilities()) caps += (caps.empty() ? "" : ",") + c;
+    if (json && version_cmd->parsed()) {
+      std::printf("{\"daemon_version\":\"%s\",\"api\":\"%u.%u\",\"backend\":\"%s\",\"capabilities\":\"%s\","
+                  "\"max_message_bytes\":%llu,\"ctl_version\":\"%s\"}\n",
+                  v.daemon_version().c_str(), v.api_major(), v.api_minor(), v.active_backend().c_str(),
+                  caps.c_str(), (unsigned long long)v.max_message_bytes(), COLLECTIVED_VERSION);
+    } else if (!json) {
+      std::printf("collectived %s, API v%u.%u, backend %s, max message %llu bytes (collectivectl %s)\n"
+                  "capabilities: %s\n",
+                  v.daemon_version().c_str(), v.api_major(), v.api_minor(), v.active_backend().c_str(),
+                  (unsigned long long)v.max_message_bytes(), COLLECTIVED_VERSION, caps.c_str());
+    }
+    if (version_cmd->parsed()) return 0;
+  }
+  if (stats_cmd->parsed() || status_cmd->parsed()) {
+    v1::GetStatsResponse r;
+    auto ctx = Context(timeout_ms);
+    grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
+    if (!s.ok()) return Fail("GetStats", s);
+    PrintStats(r, json);
+    return 0;
+  }
+  if (drain_cmd->parsed()) {
+    v1::DrainResponse r;
+    auto ctx = Context(timeout_ms);
+    grpc::Status s = stub->Drain(ctx.get(), v1::DrainRequest(), &r);
+    if (!s.ok()) return Fail("Drain", s);
+    std::printf("draining\n");
+    return 0;
+  }
+  return 0;
+}

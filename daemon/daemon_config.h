@@ -1,0 +1,25 @@
+// Daemon settings, filled from flags > COLLECTIVED_* env > TOML file > defaults.
+#ifndef COLLECTIVED_DAEMON_DAEMON_CONFIG_H_
+#define COLLECTIVED_DAEMON_DAEMON_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+namespace collectived::daemon {
+
+struct DaemonConfig {
+  std::string socket_path = "/run/collectived/collectived.sock";
+  std::string backend = "auto";  // auto | host | cuda
+  uint64_t max_message_bytes = 16ull << 20;  // per rank input, sizes the fixed slots
+  uint64_t one_shot_max_bytes = 256ull << 10;
+  uint32_t ring_depth = 64;
+  uint32_t op_timeout_ms = 30000;
+  uint32_t join_timeout_ms = 60000;
+  uint64_t max_buffer_bytes = 8ull << 30;  // all sessions' buffers together
+  uint32_t drain_timeout_ms = 10000;
+  std::string log_level = "info";
+};
+
+}  // namespace collectived::daemon
+
+#endif  // COLLECTIVED_DAEMON_DAEMON_CONFIG_H_

@@ -1,0 +1,196 @@
+// collectived: the per-node collective runtime daemon.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "daemon/daemon_config.h"
+#include "daemon/fd_server.h"
+#include "daemon/registry.h"
+#include "daemon/service.h"
+#include "daemon/systemd_notify.h"
+#include "ring/wait.h"
+
+namespace cd = collectived::daemon;
+
+namespace {
+
+// Env COLLECTIVED_<NAME> becomes --name=value unless the flag is on the
+// command line, so precedence is flags > env > config file > defaults.
+std::vector<std::string> ArgsWithEnv(int argc, char** argv, const std::vector<std::string>& names) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (const auto& name : names) {
+    std::string env = "COLLECTIVED_" + name;
+    for (auto& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
+    const char* value = std::getenv(env.c_str());
+    if (value == nullptr) continue;
+    bool on_command_line = false;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      on_command_line |= a == "--" + name || a.rfind("--" + name + "=", 0) == 0;
+    }
+    if (!on_command_line) args.push_back("--" + name + "=" + value);
+  }
+  return args;
+}
+
+// Holds an exclusive flock on `<socket>.lock` for the daemon's life: gRPC
+// unlinks an existing socket when it binds, so without it a second daemon
+// would silently steal the first one's socket.
+bool LockSocket(const std::string& socket_path, int* fd) {
+  const std::string lock_path = socket_path + ".lock";
+  *fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+  if (*fd < 0) {
+    spdlog::critical("cannot open lock file {}: {}", lock_path, std::strerror(errno));
+    return false;
+  }
+  if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    spdlog::critical("another collectived already serves {} (lock {} is held)", socket_path, lock_path);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cd::DaemonConfig cfg;
+  CLI::App app{"collectived: per-node collective runtime daemon"};
+  app.set_config("--config", "", "TOML config file (e.g. /etc/collectived/collectived.toml)");
+  app.add_option("--socket", cfg.socket_path, "gRPC Unix socket path")->capture_default_str();
+  app.add_option("--backend", cfg.backend, "auto | host | cuda")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "host", "cuda"}));
+  app.add_option("--max-message-bytes", cfg.max_message_bytes, "largest per-rank message; sizes the fixed slots")
+      ->capture_default_str()->check(CLI::Range(uint64_t{8}, uint64_t{1} << 34));
+  app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes, "all-reduce above this uses two-shot")
+      ->capture_default_str();
+  app.add_option("--ring-depth", cfg.ring_depth, "ops in flight per rank (power of two)")->capture_default_str();
+  app.add_option("--op-timeout-ms", cfg.op_timeout_ms, "default deadline of every op wait")->capture_default_str()
+      ->check(CLI::Range(1u, 3600000u));
+  app.add_option("--join-timeout-ms", cfg.join_timeout_ms, "how long a communicator may take to form")
+      ->capture_default_str();
+  app.add_option("--max-buffer-bytes", cfg.max_buffer_bytes, "budget for all sessions' buffers")
+      ->capture_default_str();
+  app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
+      ->capture_default_str();
+  app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
+  bool dump_config = false;
+  app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit");
+  const std::vector<std::string> env_names = {"socket", "backend", "max-message-bytes", "one-shot-max-bytes",
+                                              "ring-depth", "op-timeout-ms", "join-timeout-ms",
+                                              "max-buffer-bytes", "drain-timeout-ms", "log-level"};
+  std::vector<std::string> args = ArgsWithEnv(argc, argv, env_names);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  CLI11_PARSE(app, static_cast<int>(cargs.size()), cargs.data());
+  if (dump_config) {
+    std::cout << app.config_to_str(true, false);
+    return 0;
+  }
+
+  // Plain lines on stderr: journald adds its own timestamps and priorities.
+  auto logger = spdlog::stderr_color_mt("collectived");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::set_pattern(getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%d %H:%M:%S.%e [%l] %v");
+
+  if (cfg.backend == "cuda") {
+    spdlog::critical("backend 'cuda' is not available in this build of collectived; available backends: host");
+    return 2;
+  }
+  if (cfg.ring_depth == 0 || (cfg.ring_depth & (cfg.ring_depth - 1)) != 0) {
+    spdlog::critical("--ring-depth must be a power of two, got {}", cfg.ring_depth);
+    return 2;
+  }
+  if (cfg.max_message_bytes % 8 != 0) {
+    spdlog::critical("--max-message-bytes must be a multiple of 8, got {}", cfg.max_message_bytes);
+    return 2;
+  }
+  cfg.backend = "host";
+
+  std::error_code ec;
+  const auto dir = std::filesystem::path(cfg.socket_path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  int lock_fd = -1;
+  if (!LockSocket(cfg.socket_path, &lock_fd)) return 1;
+
+  // Signals go to the main loop only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  cd::Registry registry(cfg);
+  cd::FdServer fd_server(&registry, cfg.socket_path + ".fds");
+  if (auto s = fd_server.Start(); !s.ok()) {
+    spdlog::critical("fd socket: {}", s.ToString());
+    return 1;
+  }
+  std::unique_ptr<grpc::Server> server;
+  cd::CollectiveServiceImpl service(&registry, fd_server.path(), [&server] {
+    if (server) server->GetHealthCheckService()->SetServingStatus(false);
+  });
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  unlink(cfg.socket_path.c_str());  // stale socket of a dead daemon; we hold the lock
+  builder.AddListeningPort("unix:" + cfg.socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  server = builder.BuildAndStart();
+  if (!server) {
+    spdlog::critical("cannot listen on unix:{}", cfg.socket_path);
+    return 1;
+  }
+  chmod(cfg.socket_path.c_str(), 0660);
+  server->GetHealthCheckService()->SetServingStatus(true);
+  spdlog::info("collectived {} serving unix:{} (fd socket {}), backend {}, max message {} bytes, op timeout {} ms",
+               COLLECTIVED_VERSION, cfg.socket_path, fd_server.path(), cfg.backend, cfg.max_message_bytes,
+               cfg.op_timeout_ms);
+  cd::NotifyReady();
+
+  const int64_t watchdog_ns = cd::WatchdogIntervalNs();
+  int64_t last_ping = 0;
+  int64_t drain_deadline = 0;
+  for (;;) {
+    timespec tick{0, 50'000'000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGHUP) {
+      spdlog::info("SIGHUP: configuration is fixed at start; nothing to reload");
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      if (drain_deadline != 0) break;  // second signal: stop now
+      spdlog::warn("signal {}: draining (up to {} ms for {} sessions)", sig, cfg.drain_timeout_ms,
+                   registry.session_count());
+      cd::NotifyStopping();
+      registry.SetDraining();
+      server->GetHealthCheckService()->SetServingStatus(false);
+      drain_deadline = collectived::ring::NowNs() + static_cast<int64_t>(cfg.drain_timeout_ms) * 1000000;
+    }
+    registry.Housekeeping();
+    const int64_t now = collectived::ring::NowNs();
+    if (watchdog_ns > 0 && now - last_ping >= watchdog_ns / 2) {
+      cd::NotifyWatchdog();
+      last_ping = now;
+    }
+    if (drain_deadline != 0 && (registry.session_count() == 0 || now >= drain_deadline)) break;
+  }
+  spdlog::info("shutting down ({} sessions left)", registry.session_count());
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  fd_server.Stop();
+  unlink(cfg.socket_path.c_str());
+  close(lock_fd);
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,563 @@
+#include "daemon/registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+#include <set>
+
+#include "ring/matcher.h"
+#include "ring/op_ring.h"
+#include "ring/wait.h"
+
+namespace collectived::daemon {
+
+struct BufferRecord {
+  std::shared_ptr<ipc::ShmWindow> window;
+  uint64_t bytes;
+};
+
+struct Registry::Session {
+  uint64_t id = 0;
+  uint64_t token = 0;
+  std::string name;
+  uint32_t pid = 0;
+  bool bound = false;  // its fd-socket connection is open
+  int64_t attached_ns = 0;
+  std::map<uint64_t, BufferRecord> buffers;
+  std::set<std::pair<uint64_t, uint32_t>> memberships;  // (comm id, rank)
+};
+
+// Resolves buffers for the daemon's executors of one communicator.
+class CommResolver : public host::BufferResolver {
+ public:
+  CommResolver(Registry* registry, uint64_t comm_id) : registry_(registry), comm_id_(comm_id) {}
+  Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) override {
+    return registry_->ResolveBuffer(comm_id_, rank, buffer_id, offset, bytes, ptr);
+  }
+
+ private:
+  Registry* registry_;
+  uint64_t comm_id_;
+};
+
+struct Registry::Comm {
+  uint64_t id = 0;
+  std::string key;
+  uint32_t world_size = 0;
+  ExecutionMode mode = ExecutionMode::kClient;
+  uint32_t op_timeout_ms = 0;
+  std::shared_ptr<ipc::ShmWindow> window;
+  ring::CommSegment seg;
+  std::vector<uint64_t> members;  // session per rank, 0 = none
+  std::vector<JoinDone> pending;  // per rank, until formed
+  uint32_t joined = 0;
+  bool formed = false;
+  int64_t join_deadline_ns = 0;
+  std::shared_ptr<CommResolver> resolver;  // shared: stopping executors outlive the Comm
+  std::vector<std::unique_ptr<host::RankExecutor>> executors;  // daemon-executed only
+};
+
+namespace {
+
+uint64_t RandomToken() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Stops an executor and then drops what it used, outside the registry lock
+// (an executor may be waiting for that lock inside ResolveBuffer).
+std::function<void()> StopLater(std::unique_ptr<host::RankExecutor> ex, std::shared_ptr<ipc::ShmWindow> window,
+                                std::shared_ptr<CommResolver> resolver) {
+  auto holder = std::make_shared<std::unique_ptr<host::RankExecutor>>(std::move(ex));
+  return [holder, window, resolver] {
+    if (*holder) (*holder)->Stop();
+    holder->reset();
+  };
+}
+
+}  // namespace
+
+Registry::Registry(const DaemonConfig& config) : config_(config) {}
+
+Registry::~Registry() {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, s] : sessions_) ids.push_back(id);
+  }
+  for (uint64_t id : ids) CleanupSession(id, "daemon shutting down");
+}
+
+Status Registry::CheckServing() const {
+  if (draining_.load()) return Status::Unavailable("collectived is draining; no new work is accepted");
+  return Status::Ok();
+}
+
+size_t Registry::session_count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+Status Registry::Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = std::make_unique<Session>();
+  s->id = next_id_++;
+  s->token = RandomToken();
+  s->name = name;
+  s->pid = pid;
+  s->attached_ns = ring::NowNs();
+  *session_id = s->id;
+  *token = s->token;
+  spdlog::info("session {} attached: '{}' pid {}", s->id, name, pid);
+  sessions_[s->id] = std::move(s);
+  return Status::Ok();
+}
+
+Status Registry::Detach(uint64_t session_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sessions_.count(session_id)) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  }
+  CleanupSession(session_id, "detached");
+  return Status::Ok();
+}
+
+Status Registry::BindConnection(uint64_t session_id, uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  if (it->second->token != token) return Status::PermissionDenied("wrong session token");
+  if (it->second->bound) return Status::AlreadyExists("session already has an fd connection");
+  it->second->bound = true;
+  return Status::Ok();
+}
+
+void Registry::ConnectionClosed(uint64_t session_id) { CleanupSession(session_id, "client disconnected"); }
+
+Status Registry::FetchWindow(uint64_t session_id, uint64_t window_id, std::shared_ptr<ipc::ShmWindow>* keep) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sit = sessions_.find(session_id);
+  if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  Session& s = *sit->second;
+  auto bit = s.buffers.find(window_id);
+  if (bit != s.buffers.end()) {
+    *keep = bit->second.window;
+    return Status::Ok();
+  }
+  auto cit = comms_.find(window_id);
+  if (cit != comms_.end()) {
+    for (uint64_t m : cit->second->members) {
+      if (m == session_id) {
+        *keep = cit->second->window;
+        return Status::Ok();
+      }
+    }
+  }
+  return Status::NotFound("window " + std::to_string(window_id) + " is not one this session may map");
+}
+
+Status Registry::AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+  if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sit = sessions_.find(session_id);
+  if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  if (bytes > config_.max_buffer_bytes || buffer_bytes_ > config_.max_buffer_bytes - bytes) {
+    return Status::ResourceExhausted("buffer of " + std::to_string(bytes) + " bytes exceeds the daemon's budget (" +
+                                     std::to_string(buffer_bytes_) + " of " +
+                                     std::to_string(config_.max_buffer_bytes) + " bytes in use)");
+  }
+  const uint64_t id = next_id_++;
+  std::unique_ptr<ipc::ShmWindow> window;
+  COLLECTIVED_RETURN_IF_ERROR(ipc::ShmWindow::Create("collectived-buffer-" + std::to_string(id), bytes, &window));
+  buffer_bytes_ += bytes;
+  out->buffer_id = id;
+  out->window_id = id;  // one window per buffer
+  out->offset = 0;
+  out->bytes = bytes;
+  out->window_bytes = window->size();
+  sit->second->buffers[id] = BufferRecord{std::move(window), bytes};
+  return Status::Ok();
+}
+
+bool Registry::BufferInUseLocked(uint64_t session_id, uint64_t buffer_id) {
+  Session& s = *sessions_.at(session_id);
+  for (const auto& [comm_id, rank] : s.memberships) {
+    auto cit = comms_.find(comm_id);
+    if (cit == comms_.end() || !cit->second->formed) continue;
+    const ring::CommSegment& seg = cit->second->seg;
+    const uint64_t done = seg.control(rank).completed.value.load(std::memory_order_acquire);
+    const uint64_t posted = seg.control(rank).next_index.value.load(std::memory_order_acquire);
+    for (uint64_t i = done; i < posted; ++i) {
+      const ring::RingSlot& slot = seg.slot(rank, i);
+      if (slot.ready_seq.load(std::memory_order_acquire) != i + 1) continue;
+      if (slot.desc.send_buffer_id == buffer_id || slot.desc.recv_buffer_id == buffer_id) return true;
+    }
+  }
+  return false;
+}
+
+Status Registry::FreeBuffer(uint64_t session_id, uint64_t buffer_id) {
+  std::shared_ptr<ipc::ShmWindow> drop;  // unmapped after the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sit = sessions_.find(session_id);
+  if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  auto bit = sit->second->buffers.find(buffer_id);
+  if (bit == sit->second->buffers.end()) {
+    return Status::NotFound("buffer " + std::to_string(buffer_id) + " not found in this session");
+  }
+  if (BufferInUseLocked(session_id, buffer_id)) {
+    return Status::FailedPrecondition("buffer " + std::to_string(buffer_id) +
+                                      " is used by a posted op that has not completed");
+  }
+  buffer_bytes_ -= bit->second.bytes;
+  drop = std::move(bit->second.window);
+  sit->second->buffers.erase(bit);
+  return Status::Ok();
+}
+
+Status Registry::ResolveBuffer(uint64_t comm_id, uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes,
+                               void** ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto cit = comms_.find(comm_id);
+  if (cit == comms_.end() || rank >= cit->second->members.size() || cit->second->members[rank] == 0) {
+    return Status::NotFound("rank " + std::to_string(rank) + " has left the communicator");
+  }
+  Session& s = *sessions_.at(cit->second->members[rank]);
+  auto bit = s.buffers.find(buffer_id);
+  if (bit == s.buffers.end()) {
+    return Status::NotFound("buffer " + std::to_string(buffer_id) + " is not a buffer of rank " +
+                            std::to_string(rank) + "'s session");
+  }
+  const uint64_t size = bit->second.bytes;
+  if (offset > size || bytes > size - offset) {
+    return Status::InvalidArgument("range [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                                   ") outside buffer " + std::to_string(buffer_id) + " of " + std::to_string(size) +
+                                   " bytes");
+  }
+  *ptr = bit->second.window->data() + offset;
+  return Status::Ok();
+}
+
+void Registry::Join(const JoinRequest& req, JoinDone done) {
+  Deferred after;
+  Status error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error = [&]() -> Status {
+      COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+      auto sit = sessions_.find(req.session_id);
+      if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(req.session_id) + " not found");
+      if (req.key.empty()) return Status::InvalidArgument("communicator key is empty");
+      if (req.world_size == 0 || req.world_size > ring::kMaxRanks) {
+        return Status::InvalidArgument("world_size " + std::to_string(req.world_size) + " outside [1, " +
+                                       std::to_string(ring::kMaxRanks) + "]");
+      }
+      if (req.rank >= req.world_size) {
+        return Status::InvalidArgument("rank " + std::to_string(req.rank) + " outside world of " +
+                                       std::to_string(req.world_size));
+      }
+      if (req.mode != ExecutionMode::kDefault && req.mode != ExecutionMode::kClient &&
+          req.mode != ExecutionMode::kDaemon) {
+        return Status::InvalidArgument("unknown execution mode " + std::to_string(static_cast<uint32_t>(req.mode)));
+      }
+      const ExecutionMode mode = req.mode == ExecutionMode::kDefault ? ExecutionMode::kClient : req.mode;
+      const uint32_t timeout_ms = req.op_timeout_ms == 0 ? config_.op_timeout_ms : req.op_timeout_ms;
+      Comm* comm = nullptr;
+      auto kit = comm_by_key_.find(req.key);
+      if (kit == comm_by_key_.end()) {
+        auto c = std::make_unique<Comm>();
+        c->id = next_id_++;
+        c->key = req.key;
+        c->world_size = req.world_size;
+        c->mode = mode;
+        c->op_timeout_ms = timeout_ms;
+        c->members.assign(req.world_size, 0);
+        c->pending.resize(req.world_size);
+        c->join_deadline_ns = ring::NowNs() + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
+        ring::SegmentParams params;
+        params.world_size = req.world_size;
+        params.ring_depth = config_.ring_depth;
+        params.max_message_bytes = config_.max_message_bytes;
+        params.one_shot_max_bytes = config_.one_shot_max_bytes;
+        params.op_timeout_ns = static_cast<uint64_t>(timeout_ms) * 1000000;
+        params.mode = mode;
+        params.comm_id = c->id;
+        ring::SegmentLayout layout;
+        COLLECTIVED_RETURN_IF_ERROR(ring::SegmentLayout::Compute(params, &layout));
+        std::unique_ptr<ipc::ShmWindow> window;
+        COLLECTIVED_RETURN_IF_ERROR(
+            ipc::ShmWindow::Create("collectived-comm-" + std::to_string(c->id), layout.total_bytes, &window));
+        c->window = std::move(window);
+        COLLECTIVED_RETURN_IF_ERROR(
+            ring::CommSegment::Initialize(c->window->data(), c->window->size(), params, &c->seg));
+        comm = c.get();
+        comm_by_key_[req.key] = c->id;
+        comms_[c->id] = std::move(c);
+      } else {
+        comm = comms_.at(kit->second).get();
+        if (comm->formed) {
+          return Status::AlreadyExists("communicator '" + req.key + "' is already formed; use a new key");
+        }
+        if (comm->world_size != req.world_size) {
+          return Status::InvalidArgument("world_size " + std::to_string(req.world_size) + " differs from " +
+                                         std::to_string(comm->world_size) + " of earlier members of '" + req.key + "'");
+        }
+        if (comm->mode != mode) {
+          return Status::InvalidArgument(std::string("execution mode ") + ExecutionModeName(mode) +
+                                         " differs from " + ExecutionModeName(comm->mode) + " of earlier members");
+        }
+        if (comm->op_timeout_ms != timeout_ms) {
+          return Status::InvalidArgument("op_timeout_ms " + std::to_string(timeout_ms) + " differs from " +
+                                         std::to_string(comm->op_timeout_ms) + " of earlier members");
+        }
+        if (comm->members[req.rank] != 0) {
+          return Status::AlreadyExists("rank " + std::to_string(req.rank) + " of '" + req.key + "' already joined");
+        }
+      }
+      comm->members[req.rank] = req.session_id;
+      comm->pending[req.rank] = std::move(done);
+      comm->joined++;
+      sit->second->memberships.insert({comm->id, req.rank});
+      if (comm->joined < comm->world_size) return Status::Ok();
+
+      comm->formed = true;
+      comm_by_key_.erase(comm->key);  // the key may be used again for a new communicator
+      if (comm->mode == ExecutionMode::kDaemon) {
+        comm->resolver = std::make_shared<CommResolver>(this, comm->id);
+        for (uint32_t r = 0; r < comm->world_size; ++r) {
+          comm->executors.push_back(std::make_unique<host::RankExecutor>(comm->seg, r, comm->resolver.get()));
+          comm->executors.back()->Start();
+        }
+      }
+      JoinResult result{comm->id, comm->id, comm->window->size(), comm->mode};
+      for (auto& d : comm->pending) {
+        after.push_back([d = std::move(d), result] { d(Status::Ok(), result); });
+      }
+      comm->pending.assign(comm->world_size, nullptr);
+      spdlog::info("communicator {} '{}' formed: {} ranks, {}-executed", comm->id, comm->key, comm->world_size,
+                   ExecutionModeName(comm->mode));
+      return Status::Ok();
+    }();
+  }
+  if (!error.ok()) {
+    done(error, JoinResult{});
+    return;
+  }
+  for (auto& f : after) f();
+}
+
+void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after) {
+  const uint64_t session_id = comm.members[rank];
+  comm.members[rank] = 0;
+  auto sit = sessions_.find(session_id);
+  if (sit != sessions_.end()) sit->second->memberships.erase({comm.id, rank});
+  if (!comm.formed) {
+    // Still forming: withdraw this rank's join.
+    if (comm.pending[rank]) {
+      after->push_back([d = std::move(comm.pending[rank]), why] {
+        d(Status(StatusCode::kCancelled, "join withdrawn: " + why), JoinResult{});
+      });
+      comm.pending[rank] = nullptr;
+    }
+    comm.joined--;
+  } else {
+    // Peers that still post ops would wait for this rank forever: end them now.
+    const std::string reason = "rank " + std::to_string(rank) + " left: " + why;
+    comm.seg.Abort(StatusCode::kAborted, reason.c_str());
+    if (!comm.executors.empty() && comm.executors[rank]) {
+      after->push_back(StopLater(std::move(comm.executors[rank]), comm.window, comm.resolver));
+    }
+  }
+  bool empty = true;
+  for (uint64_t m : comm.members) empty = empty && m == 0;
+  if (!empty) return;
+  // Last member gone: drop the communicator once its executors stopped.
+  for (auto& ex : comm.executors) {
+    if (ex) after->push_back(StopLater(std::move(ex), comm.window, comm.resolver));
+  }
+  if (!comm.formed) comm_by_key_.erase(comm.key);
+  spdlog::info("communicator {} '{}' closed", comm.id, comm.key);
+  auto node = comms_.extract(comm.id);  // `comm` dies with `node` below
+  auto holder = std::make_shared<std::unique_ptr<Comm>>(std::move(node.mapped()));
+  after->push_back([holder] { holder->reset(); });
+}
+
+Status Registry::MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm) {
+  if (!sessions_.count(session_id)) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  auto cit = comms_.find(comm_id);
+  if (cit == comms_.end()) return Status::NotFound("communicator " + std::to_string(comm_id) + " not found");
+  Comm& c = *cit->second;
+  if (rank >= c.members.size() || c.members[rank] != session_id) {
+    return Status::PermissionDenied("session " + std::to_string(session_id) + " is not rank " +
+                                    std::to_string(rank) + " of communicator " + std::to_string(comm_id));
+  }
+  if (!c.formed) return Status::FailedPrecondition("communicator " + std::to_string(comm_id) + " is still forming");
+  *comm = &c;
+  return Status::Ok();
+}
+
+Status Registry::DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint32_t rank) {
+  Deferred after;
+  Status s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Comm* comm = nullptr;
+    s = MemberLocked(session_id, comm_id, rank, &comm);
+    if (s.ok()) LeaveLocked(*comm, rank, "destroyed the communicator", &after);
+  }
+  for (auto& f : after) f();
+  return s;
+}
+
+Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc,
+                        uint64_t* index) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+  std::lock_guard<std::mutex> lock(mu_);
+  Comm* comm = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
+  if (comm->mode != ExecutionMode::kDaemon) {
+    return Status::FailedPrecondition("Submit needs a daemon-executed communicator; communicator " +
+                                      std::to_string(comm_id) + " is client-executed");
+  }
+  COLLECTIVED_RETURN_IF_ERROR(ring::ValidateDescriptor(desc, config_.max_message_bytes));
+  const uint64_t in_bytes = desc.count * DataTypeSize(desc.dtype);
+  const uint64_t out_bytes = desc.kind == CollectiveKind::kAllGather ? in_bytes * comm->world_size : in_bytes;
+  Session& s = *sessions_.at(session_id);
+  for (auto [id, off, bytes, what] : {std::tuple{desc.send_buffer_id, desc.send_offset, in_bytes, "send"},
+                                      std::tuple{desc.recv_buffer_id, desc.recv_offset, out_bytes, "recv"}}) {
+    auto bit = s.buffers.find(id);
+    if (bit == s.buffers.end()) {
+      return Status::NotFound(std::string(what) + " buffer " + std::to_string(id) + " not found in this session");
+    }
+    if (off > bit->second.bytes || bytes > bit->second.bytes - off) {
+      return Status::InvalidArgument(std::string(what) + " range [" + std::to_string(off) + ", +" +
+                                     std::to_string(bytes) + ") exceeds buffer " + std::to_string(id) + " of " +
+                                     std::to_string(bit->second.bytes) + " bytes");
+    }
+  }
+  const ring::CommSegment& seg = comm->seg;
+  const uint64_t posted = seg.control(rank).next_index.value.load(std::memory_order_acquire);
+  const uint64_t done = seg.control(rank).completed.value.load(std::memory_order_acquire);
+  if (posted - done >= seg.ring_depth()) {
+    return Status::ResourceExhausted("op ring of rank " + std::to_string(rank) + " is full (" +
+                                     std::to_string(seg.ring_depth()) + " ops in flight)");
+  }
+  desc.algorithm = ring::ChooseAlgorithm(desc.kind, in_bytes, seg.header().one_shot_max_bytes);
+  ring::WaitContext ctx{&seg, nullptr, ring::NowNs() + 1'000'000'000LL};
+  return ring::PostOp(seg, rank, desc, ctx, index);
+}
+
+Status Registry::QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t index, bool* done,
+                         Status* op_status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Comm* comm = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
+  const uint64_t posted = comm->seg.control(rank).next_index.value.load(std::memory_order_acquire);
+  if (index >= posted) {
+    return Status::NotFound("op " + std::to_string(index) + " was never posted (rank " + std::to_string(rank) +
+                            " posted " + std::to_string(posted) + ")");
+  }
+  *done = ring::IsOpDone(comm->seg, rank, index);
+  if (*done) *op_status = ring::CompletedOpStatus(comm->seg, rank, index);
+  return Status::Ok();
+}
+
+void Registry::CleanupSession(uint64_t session_id, const std::string& why) {
+  Deferred after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto sit = sessions_.find(session_id);
+    if (sit == sessions_.end()) return;
+    Session& s = *sit->second;
+    const std::string reason = "session " + std::to_string(session_id) + " (pid " + std::to_string(s.pid) + ") " + why;
+    auto memberships = s.memberships;
+    for (const auto& [comm_id, rank] : memberships) {
+      auto cit = comms_.find(comm_id);
+      if (cit != comms_.end()) LeaveLocked(*cit->second, rank, reason, &after);
+    }
+    // Buffers are unmapped only after the executors above stopped using them.
+    auto buffers = std::make_shared<std::map<uint64_t, BufferRecord>>(std::move(s.buffers));
+    for (auto& [id, b] : *buffers) buffer_bytes_ -= b.bytes;
+    after.push_back([buffers] { buffers->clear(); });
+    spdlog::info("{}; reclaimed {} buffers, {} memberships", reason, buffers->size(), memberships.size());
+    sessions_.erase(sit);
+  }
+  for (auto& f : after) f();
+}
+
+void Registry::Housekeeping() {
+  std::vector<uint64_t> unbound;
+  Deferred after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t now = ring::NowNs();
+    std::vector<uint64_t> expired;
+    for (auto& [id, c] : comms_) {
+      if (!c->formed && now >= c->join_deadline_ns) expired.push_back(id);
+    }
+    for (uint64_t id : expired) {
+      Comm& c = *comms_.at(id);
+      std::string missing;
+      for (uint32_t r = 0; r < c.world_size; ++r) {
+        if (c.members[r] == 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+      }
+      const std::string msg = "only " + std::to_string(c.joined) + " of " + std::to_string(c.world_size) +
+                              " ranks joined '" + c.key + "' within " + std::to_string(config_.join_timeout_ms) +
+                              " ms (missing ranks " + missing + ")";
+      spdlog::warn("{}", msg);
+      for (uint32_t r = 0; r < c.world_size; ++r) {
+        if (c.pending[r]) {
+          after.push_back([d = std::move(c.pending[r]), msg] { d(Status::DeadlineExceeded(msg), JoinResult{}); });
+          c.pending[r] = nullptr;
+        }
+      }
+      for (uint32_t r = 0; r < c.world_size; ++r) {
+        if (c.members[r] != 0) LeaveLocked(c, r, "join expired", &after);  // drops c with the last one
+      }
+    }
+    // A session whose fd connection never came is a lease that never started.
+    for (auto& [id, s] : sessions_) {
+      if (!s->bound && now - s->attached_ns > 30'000'000'000LL) unbound.push_back(id);
+    }
+  }
+  for (auto& f : after) f();
+  for (uint64_t id : unbound) CleanupSession(id, "never opened its fd connection");
+}
+
+void Registry::FillStats(v1::GetStatsResponse* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  out->set_sessions(sessions_.size());
+  uint64_t nbuf = 0;
+  for (auto& [id, s] : sessions_) nbuf += s->buffers.size();
+  out->set_buffers(nbuf);
+  out->set_buffer_bytes(buffer_bytes_);
+  out->set_draining(draining_.load());
+  for (auto& [id, c] : comms_) {
+    auto* cs = out->add_communicators();
+    cs->set_comm_id(id);
+    cs->set_key(c->key);
+    cs->set_world_size(c->world_size);
+    cs->set_mode(static_cast<v1::ExecutionMode>(c->mode));
+    const ring::CommHeader& h = c->seg.header();
+    uint64_t posted = 0;
+    for (uint32_t r = 0; r < c->world_size; ++r) {
+      auto* rs = cs->add_ranks();
+      rs->set_rank(r);
+      rs->set_session_id(c->members[r]);
+      const uint64_t p = c->seg.control(r).next_index.value.load(std::memory_order_acquire);
+      rs->set_posted(p);
+      rs->set_completed(c->seg.control(r).completed.value.load(std::memory_order_acquire));
+      posted = std::max(posted, p);
+    }
+    cs->set_posted(posted);
+    cs->set_matched(h.ops_matched.load());
+    cs->set_completed(h.ops_completed.load());
+    cs->set_failed(h.ops_failed.load());
+    cs->set_aborted(c->seg.aborted());
+    if (c->seg.aborted()) cs->set_abort_reason(c->seg.AbortStatus().message());
+  }
+}
+
+}  // namespace collectived::daemon

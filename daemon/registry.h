@@ -1,0 +1,113 @@
+// The daemon's state: sessions, buffers, communicators and their segments,
+// and the daemon-side rank executors. Control-plane only (one mutex): the hot
+// path is the rings, which the registry never touches per op.
+#ifndef COLLECTIVED_DAEMON_REGISTRY_H_
+#define COLLECTIVED_DAEMON_REGISTRY_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectived/status.h"
+#include "collectived/types.h"
+#include "collectived/v1/collectived.pb.h"
+#include "daemon/daemon_config.h"
+#include "ipc/shm_window.h"
+#include "kernels/host/host_executor.h"
+#include "ring/segment_layout.h"
+
+namespace collectived::daemon {
+
+struct JoinRequest {
+  uint64_t session_id = 0;
+  std::string key;
+  uint32_t world_size = 0;
+  uint32_t rank = 0;
+  ExecutionMode mode = ExecutionMode::kDefault;
+  uint32_t op_timeout_ms = 0;
+};
+
+struct JoinResult {
+  uint64_t comm_id = 0;
+  uint64_t window_id = 0;
+  uint64_t window_bytes = 0;
+  ExecutionMode mode = ExecutionMode::kDefault;
+};
+
+using JoinDone = std::function<void(const Status&, const JoinResult&)>;
+
+struct BufferInfo {
+  uint64_t buffer_id;
+  uint64_t window_id;
+  uint64_t offset;
+  uint64_t bytes;
+  uint64_t window_bytes;
+};
+
+class Registry {
+ public:
+  explicit Registry(const DaemonConfig& config);
+  ~Registry();
+
+  Status Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token);
+  Status Detach(uint64_t session_id);
+  // The fd-socket connection of a session: its lease.
+  Status BindConnection(uint64_t session_id, uint64_t token);
+  void ConnectionClosed(uint64_t session_id);
+  // The window's fd (kept open by *keep) for a session allowed to map it.
+  Status FetchWindow(uint64_t session_id, uint64_t window_id, std::shared_ptr<ipc::ShmWindow>* keep);
+
+  Status AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out);
+  Status FreeBuffer(uint64_t session_id, uint64_t buffer_id);
+
+  // Calls `done` exactly once: when every member joined, or on error/expiry.
+  void Join(const JoinRequest& req, JoinDone done);
+  Status DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint32_t rank);
+
+  Status Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc, uint64_t* index);
+  // *done and, when done, *op_status of op `index` of `rank` (the session's).
+  Status QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t index, bool* done,
+                 Status* op_status);
+  // Resolves a buffer of the session holding `rank` of `comm_id`, for the
+  // daemon-side executors.
+  Status ResolveBuffer(uint64_t comm_id, uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes,
+                       void** ptr);
+
+  void FillStats(v1::GetStatsResponse* out);
+  // Expires joins past their deadline. Called periodically.
+  void Housekeeping();
+
+  void SetDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  size_t session_count();
+  const DaemonConfig& config() const { return config_; }
+
+ private:
+  struct Session;
+  struct Comm;
+
+  Status CheckServing() const;
+  using Deferred = std::vector<std::function<void()>>;  // run after mu_ is released
+  // REQUIRES: mu_ held. Removes `rank` of `comm` (leaving or dead).
+  void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after);
+  Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
+  void CleanupSession(uint64_t session_id, const std::string& why);
+  bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);
+
+  const DaemonConfig config_;
+  std::atomic<bool> draining_{false};
+  std::mutex mu_;
+  uint64_t next_id_ = 1;  // one id space for sessions, buffers, windows, communicators
+  uint64_t buffer_bytes_ = 0;
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+  std::map<uint64_t, std::unique_ptr<Comm>> comms_;
+  std::map<std::string, uint64_t> comm_by_key_;
+};
+
+}  // namespace collectived::daemon
+
+#endif  // COLLECTIVED_DAEMON_REGISTRY_H_

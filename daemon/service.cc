@@ -1,0 +1,210 @@
+#include "daemon/service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "collectived/client.h"
+#include "proto/status_convert.h"
+#include "ring/wait.h"
+
+namespace collectived::daemon {
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const Status& s) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+ring::OpDescriptor FromProto(const v1::OpRequest& op) {
+  ring::OpDescriptor d{};
+  d.kind = static_cast<CollectiveKind>(op.kind());
+  d.dtype = static_cast<DataType>(op.dtype());
+  d.reduce_op = static_cast<ReduceOp>(op.reduce_op());
+  d.count = op.count();
+  d.send_buffer_id = op.send_buffer_id();
+  d.send_offset = op.send_offset();
+  d.recv_buffer_id = op.recv_buffer_id();
+  d.recv_offset = op.recv_offset();
+  return d;
+}
+
+}  // namespace
+
+CollectiveServiceImpl::CollectiveServiceImpl(Registry* registry, std::string fd_socket_path,
+                                             std::function<void()> on_drain)
+    : registry_(registry), fd_socket_path_(std::move(fd_socket_path)), on_drain_(std::move(on_drain)) {
+  waiter_ = std::thread([this] { WaiterLoop(); });
+}
+
+CollectiveServiceImpl::~CollectiveServiceImpl() {
+  {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    stop_ = true;
+  }
+  wait_cv_.notify_all();
+  waiter_.join();
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServerContext* ctx,
+                                                            const v1::GetVersionRequest*,
+                                                            v1::GetVersionResponse* resp) {
+  resp->set_daemon_version(COLLECTIVED_VERSION);
+  resp->set_api_major(kApiMajor);
+  resp->set_api_minor(kApiMinor);
+  resp->add_backends("host");
+  resp->set_active_backend("host");
+  for (const char* cap : {"mode.client", "mode.daemon", "op.all_reduce", "op.all_gather", "algo.one_shot",
+                          "algo.two_shot", "rpc.submit", "fd.memfd"}) {
+    resp->add_capabilities(cap);
+  }
+  resp->set_max_message_bytes(registry_->config().max_message_bytes);
+  return Done(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::Attach(grpc::CallbackServerContext* ctx,
+                                                        const v1::AttachRequest* req, v1::AttachResponse* resp) {
+  if (req->api_major() != kApiMajor) {
+    return Done(ctx, Status::FailedPrecondition("client speaks API v" + std::to_string(req->api_major()) +
+                                                ", this daemon serves v" + std::to_string(kApiMajor)));
+  }
+  uint64_t session = 0, token = 0;
+  Status s = registry_->Attach(req->client_name(), req->pid(), &session, &token);
+  if (s.ok()) {
+    resp->set_session_id(session);
+    resp->set_session_token(token);
+    resp->set_fd_socket_path(fd_socket_path_);
+  }
+  return Done(ctx, s);
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::Detach(grpc::CallbackServerContext* ctx,
+                                                        const v1::DetachRequest* req, v1::DetachResponse*) {
+  return Done(ctx, registry_->Detach(req->session_id()));
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::AllocBuffer(grpc::CallbackServerContext* ctx,
+                                                             const v1::AllocBufferRequest* req,
+                                                             v1::AllocBufferResponse* resp) {
+  BufferInfo info{};
+  Status s = registry_->AllocBuffer(req->session_id(), req->bytes(), &info);
+  if (s.ok()) {
+    resp->set_buffer_id(info.buffer_id);
+    resp->set_window_id(info.window_id);
+    resp->set_window_offset(info.offset);
+    resp->set_bytes(info.bytes);
+    resp->set_window_bytes(info.window_bytes);
+  }
+  return Done(ctx, s);
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::FreeBuffer(grpc::CallbackServerContext* ctx,
+                                                            const v1::FreeBufferRequest* req,
+                                                            v1::FreeBufferResponse*) {
+  return Done(ctx, registry_->FreeBuffer(req->session_id(), req->buffer_id()));
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::CallbackServerContext* ctx,
+                                                                    const v1::CreateCommunicatorRequest* req,
+                                                                    v1::CreateCommunicatorResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  JoinRequest j;
+  j.session_id = req->session_id();
+  j.key = req->key();
+  j.world_size = req->world_size();
+  j.rank = req->rank();
+  j.mode = static_cast<ExecutionMode>(req->mode());
+  j.op_timeout_ms = req->op_timeout_ms();
+  // Finished when the last member joins, or on error/expiry (Registry::Join
+  // calls back exactly once).
+  registry_->Join(j, [reactor, resp](const Status& s, const JoinResult& r) {
+    if (s.ok()) {
+      resp->set_comm_id(r.comm_id);
+      resp->set_window_id(r.window_id);
+      resp->set_window_bytes(r.window_bytes);
+      resp->set_mode(static_cast<v1::ExecutionMode>(r.mode));
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::DestroyCommunicator(grpc::CallbackServerContext* ctx,
+                                                                     const v1::DestroyCommunicatorRequest* req,
+                                                                     v1::DestroyCommunicatorResponse*) {
+  return Done(ctx, registry_->DestroyCommunicator(req->session_id(), req->comm_id(), req->rank()));
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::Submit(grpc::CallbackServerContext* ctx,
+                                                        const v1::SubmitRequest* req, v1::SubmitResponse* resp) {
+  uint64_t index = 0;
+  Status s = registry_->Submit(req->session_id(), req->comm_id(), req->rank(), FromProto(req->op()), &index);
+  if (s.ok()) resp->set_op_index(index);
+  return Done(ctx, s);
+}
+
+bool CollectiveServiceImpl::PollWait(const PendingWait& w, bool expired) {
+  bool done = false;
+  Status op_status;
+  Status s = registry_->QueryOp(w.session_id, w.comm_id, w.rank, w.index, &done, &op_status);
+  if (!s.ok()) {
+    w.reactor->Finish(ToGrpcStatus(s));
+    return true;
+  }
+  if (!done && !expired) return false;
+  w.resp->set_done(done);
+  if (done) {
+    w.resp->set_status_code(static_cast<int32_t>(op_status.code()));
+    w.resp->set_status_message(op_status.message());
+  }
+  w.reactor->Finish(grpc::Status::OK);
+  return true;
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::WaitOp(grpc::CallbackServerContext* ctx,
+                                                        const v1::WaitOpRequest* req, v1::WaitOpResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  PendingWait w{ring::NowNs() + static_cast<int64_t>(req->timeout_ms()) * 1000000, req->session_id(),
+                req->comm_id(), req->op_index(), req->rank(), reactor, resp};
+  if (PollWait(w, req->timeout_ms() == 0)) return reactor;
+  {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    waits_.push_back(w);
+  }
+  wait_cv_.notify_one();
+  return reactor;
+}
+
+void CollectiveServiceImpl::WaiterLoop() {
+  std::unique_lock<std::mutex> lock(wait_mu_);
+  while (!stop_) {
+    if (waits_.empty()) {
+      wait_cv_.wait(lock, [this] { return stop_ || !waits_.empty(); });
+      continue;
+    }
+    const int64_t now = ring::NowNs();
+    for (auto it = waits_.begin(); it != waits_.end();) {
+      it = PollWait(*it, now >= it->deadline_ns) ? waits_.erase(it) : std::next(it);
+    }
+    wait_cv_.wait_for(lock, std::chrono::microseconds(200));
+  }
+  for (auto& w : waits_) w.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon stopping"));
+  waits_.clear();
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::GetStats(grpc::CallbackServerContext* ctx,
+                                                          const v1::GetStatsRequest*, v1::GetStatsResponse* resp) {
+  registry_->FillStats(resp);
+  return Done(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest*,
+                                                       v1::DrainResponse*) {
+  spdlog::warn("drain requested: refusing new sessions, buffers, communicators and submits");
+  registry_->SetDraining();
+  if (on_drain_) on_drain_();
+  return Done(ctx, Status::Ok());
+}
+
+}  // namespace collectived::daemon

@@ -1,0 +1,73 @@
+// collectived.v1.CollectiveService on gRPC's callback API. Handlers translate
+// to Registry calls; the two that wait (CreateCommunicator, WaitOp) finish
+// their reactors later instead of blocking a gRPC thread.
+#ifndef COLLECTIVED_DAEMON_SERVICE_H_
+#define COLLECTIVED_DAEMON_SERVICE_H_
+
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "collectived/v1/collectived.grpc.pb.h"
+#include "daemon/registry.h"
+
+namespace collectived::daemon {
+
+class CollectiveServiceImpl final : public v1::CollectiveService::CallbackService {
+ public:
+  CollectiveServiceImpl(Registry* registry, std::string fd_socket_path, std::function<void()> on_drain);
+  ~CollectiveServiceImpl() override;
+
+  grpc::ServerUnaryReactor* GetVersion(grpc::CallbackServerContext* ctx, const v1::GetVersionRequest* req,
+                                       v1::GetVersionResponse* resp) override;
+  grpc::ServerUnaryReactor* Attach(grpc::CallbackServerContext* ctx, const v1::AttachRequest* req,
+                                   v1::AttachResponse* resp) override;
+  grpc::ServerUnaryReactor* Detach(grpc::CallbackServerContext* ctx, const v1::DetachRequest* req,
+                                   v1::DetachResponse* resp) override;
+  grpc::ServerUnaryReactor* AllocBuffer(grpc::CallbackServerContext* ctx, const v1::AllocBufferRequest* req,
+                                        v1::AllocBufferResponse* resp) override;
+  grpc::ServerUnaryReactor* FreeBuffer(grpc::CallbackServerContext* ctx, const v1::FreeBufferRequest* req,
+                                       v1::FreeBufferResponse* resp) override;
+  grpc::ServerUnaryReactor* CreateCommunicator(grpc::CallbackServerContext* ctx,
+                                               const v1::CreateCommunicatorRequest* req,
+                                               v1::CreateCommunicatorResponse* resp) override;
+  grpc::ServerUnaryReactor* DestroyCommunicator(grpc::CallbackServerContext* ctx,
+                                                const v1::DestroyCommunicatorRequest* req,
+                                                v1::DestroyCommunicatorResponse* resp) override;
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const v1::SubmitRequest* req,
+                                   v1::SubmitResponse* resp) override;
+  grpc::ServerUnaryReactor* WaitOp(grpc::CallbackServerContext* ctx, const v1::WaitOpRequest* req,
+                                   v1::WaitOpResponse* resp) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx, const v1::GetStatsRequest* req,
+                                     v1::GetStatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
+                                  v1::DrainResponse* resp) override;
+
+ private:
+  struct PendingWait {
+    int64_t deadline_ns;
+    uint64_t session_id, comm_id, index;
+    uint32_t rank;
+    grpc::ServerUnaryReactor* reactor;
+    v1::WaitOpResponse* resp;
+  };
+  void WaiterLoop();
+  // True when the op's state is final (done, or an error to report).
+  bool PollWait(const PendingWait& w, bool expired);
+
+  Registry* registry_;
+  std::string fd_socket_path_;
+  std::function<void()> on_drain_;
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  std::list<PendingWait> waits_;
+  bool stop_ = false;
+  std::thread waiter_;
+};
+
+}  // namespace collectived::daemon
+
+#endif  // COLLECTIVED_DAEMON_SERVICE_H_

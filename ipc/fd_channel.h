@@ -1,0 +1,45 @@
+// The fd socket: a Unix stream socket beside the gRPC socket that carries
+// window file descriptors (SCM_RIGHTS), which gRPC cannot. Fixed-size
+// messages. The connection is also the session's lease: when it closes (the
+// client exited or crashed), the daemon reclaims everything the session held.
+#ifndef COLLECTIVED_IPC_FD_CHANNEL_H_
+#define COLLECTIVED_IPC_FD_CHANNEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "collectived/status.h"
+
+namespace collectived::ipc {
+
+constexpr uint32_t kFdMagic = 0x43464431;  // "CFD1"
+
+enum class FdRequestType : uint32_t { kHello = 1, kFetchWindow = 2 };
+
+struct FdRequest {
+  uint32_t magic;
+  FdRequestType type;
+  uint64_t session_id;
+  uint64_t arg;  // hello: session token; fetch: window id
+};
+
+struct FdReply {
+  int32_t code;  // StatusCode
+  uint32_t pad;
+  uint64_t bytes;  // window size for fetch
+  char message[112];
+};
+
+// Sends `len` bytes and, when `fd` >= 0, the descriptor with them.
+Status SendWithFd(int sock, const void* data, size_t len, int fd);
+// Receives exactly `len` bytes; a descriptor, if one came, goes to *fd (else -1).
+// NOT_FOUND-free contract: UNAVAILABLE on orderly close by the peer.
+Status RecvWithFd(int sock, void* data, size_t len, int* fd);
+
+Status ConnectUnix(const std::string& path, int* sock);
+// Binds and listens; unlinks a stale path first (the caller holds the lock).
+Status ListenUnix(const std::string& path, int* sock);
+
+}  // namespace collectived::ipc
+
+#endif  // COLLECTIVED_IPC_FD_CHANNEL_H_

@@ -1,0 +1,201 @@
+#include "kernels/host/host_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/host/reduce.h"
+#include "ring/matcher.h"
+#include "ring/op_ring.h"
+#include "ring/wait.h"
+
+namespace collectived::host {
+namespace {
+
+using ring::CommSegment;
+using ring::OpDescriptor;
+
+constexpr unsigned kFlagShift = 8;  // flag = (index + 1) << 8 | local status code
+
+uint64_t FlagValue(uint64_t index, StatusCode code) {
+  return ((index + 1) << kFlagShift) | (static_cast<uint64_t>(code) & 0xff);
+}
+
+// Publishes this rank's flag for `phase` and waits for every rank's.
+Status Barrier(const CommSegment& seg, uint32_t rank, uint64_t index, ring::Phase phase, StatusCode local,
+               const ring::WaitContext& ctx) {
+  ring::PublishWord(seg.control(rank).phase_flag[phase].value, FlagValue(index, local));
+  static const char* kNames[] = {"start barrier", "mid barrier", "end barrier"};
+  for (uint32_t k = 0; k < seg.world_size(); ++k) {
+    if (k == rank) continue;
+    Status s = ring::WaitAtLeast(seg.control(k).phase_flag[phase].value, index + 1, ctx, kNames[phase], kFlagShift);
+    if (!s.ok()) {
+      return Status(s.code(), "rank " + std::to_string(rank) + ", op " + std::to_string(index) + ": rank " +
+                                  std::to_string(k) + " did not reach the " + kNames[phase] + " (" + s.message() +
+                                  ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// First failing rank's local status at the start barrier, else OK.
+Status PeerVerdict(const CommSegment& seg, uint64_t index) {
+  for (uint32_t k = 0; k < seg.world_size(); ++k) {
+    const uint64_t flag = seg.control(k).phase_flag[ring::kPhaseStart].value.load(std::memory_order_acquire);
+    const auto code = static_cast<StatusCode>(flag & 0xff);
+    if (code != StatusCode::kOk) {
+      return Status(code, "rank " + std::to_string(k) + ": " + seg.slot(k, index).status_message);
+    }
+  }
+  return Status::Ok();
+}
+
+struct OpBuffers {
+  const uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+};
+
+Status ResolveOwnBuffers(const OpDescriptor& d, uint32_t rank, uint32_t world, BufferResolver& resolver,
+                         OpBuffers* out) {
+  const uint64_t in_bytes = d.count * DataTypeSize(d.dtype);
+  const uint64_t out_bytes = d.kind == CollectiveKind::kAllGather ? in_bytes * world : in_bytes;
+  void* send = nullptr;
+  void* recv = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(resolver.Resolve(rank, d.send_buffer_id, d.send_offset, in_bytes, &send));
+  COLLECTIVED_RETURN_IF_ERROR(resolver.Resolve(rank, d.recv_buffer_id, d.recv_offset, out_bytes, &recv));
+  out->send = static_cast<const uint8_t*>(send);
+  out->recv = static_cast<uint8_t*>(recv);
+  return Status::Ok();
+}
+
+// The data phases between the start and end barriers.
+Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDescriptor& d, const OpBuffers& buf,
+               const ring::WaitContext& ctx) {
+  const uint32_t n = seg.world_size();
+  const size_t esize = DataTypeSize(d.dtype);
+  std::vector<const void*> inputs(n);
+  for (uint32_t k = 0; k < n; ++k) inputs[k] = seg.in_slot(k);
+  switch (d.algorithm) {
+    case ring::Algorithm::kOneShot:
+      ReduceElements(d.dtype, d.reduce_op, buf.recv, inputs.data(), n, 0, d.count);
+      return Status::Ok();
+    case ring::Algorithm::kTwoShot: {
+      const uint64_t chunk = (d.count + n - 1) / n;
+      const uint64_t begin = std::min<uint64_t>(d.count, chunk * rank);
+      const uint64_t end = std::min<uint64_t>(d.count, begin + chunk);
+      // Reduce own chunk into own shard slot (element `begin` at slot offset 0).
+      std::vector<const void*> shifted(n);
+      for (uint32_t k = 0; k < n; ++k) shifted[k] = seg.in_slot(k) + begin * esize;
+      ReduceElements(d.dtype, d.reduce_op, seg.shard_slot(rank), shifted.data(), n, 0, end - begin);
+      COLLECTIVED_RETURN_IF_ERROR(Barrier(seg, rank, index, ring::kPhaseMid, StatusCode::kOk, ctx));
+      for (uint32_t k = 0; k < n; ++k) {
+        const uint64_t kb = std::min<uint64_t>(d.count, chunk * k);
+        const uint64_t ke = std::min<uint64_t>(d.count, kb + chunk);
+        if (ke > kb) std::memcpy(buf.recv + kb * esize, seg.shard_slot(k), (ke - kb) * esize);
+      }
+      return Status::Ok();
+    }
+    case ring::Algorithm::kGather: {
+      const uint64_t bytes = d.count * esize;
+      for (uint32_t k = 0; k < n; ++k) std::memcpy(buf.recv + k * bytes, seg.in_slot(k), bytes);
+      return Status::Ok();
+    }
+    default:
+      return Status::Internal("unknown algorithm");
+  }
+}
+
+void CountOp(const CommSegment& seg, uint32_t rank, bool matched, const Status& status) {
+  if (rank != 0) return;  // one count per collective op
+  auto& h = seg.header();
+  if (matched) h.ops_matched.fetch_add(1, std::memory_order_relaxed);
+  (status.ok() ? h.ops_completed : h.ops_failed).fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
+                 const std::atomic<bool>* stop) {
+  const uint32_t n = seg.world_size();
+  ring::WaitContext ctx{&seg, stop, ring::NowNs() + static_cast<int64_t>(seg.header().op_timeout_ns)};
+  // A failed wait means a peer is gone or stuck: abort the communicator so
+  // every rank stops waiting, and fail the op with the reason.
+  auto fail_hard = [&](const Status& s) {
+    seg.Abort(s.code(), s.message().c_str());
+    Status final = seg.AbortStatus();
+    if (final.ok()) final = s;
+    CountOp(seg, rank, false, final);
+    ring::CompleteOp(seg, rank, index, final);
+    return final;
+  };
+
+  // Prologue: every rank's descriptor, matched and validated identically.
+  std::vector<const OpDescriptor*> descs(n);
+  for (uint32_t k = 0; k < n; ++k) {
+    Status s = ring::WaitAtLeast(seg.slot(k, index).ready_seq, index + 1, ctx, "a peer to post");
+    if (!s.ok()) {
+      return fail_hard(Status(s.code(), "rank " + std::to_string(rank) + ", op " + std::to_string(index) +
+                                            ": rank " + std::to_string(k) + " did not post (" + s.message() + ")"));
+    }
+    descs[k] = &seg.slot(k, index).desc;
+  }
+  Status verdict = ring::MatchDescriptors(index, descs.data(), n);
+  const bool matched = verdict.ok();
+  for (uint32_t k = 0; verdict.ok() && k < n; ++k) {
+    Status v = ring::ValidateDescriptor(*descs[k], seg.header().max_message_bytes);
+    if (!v.ok()) verdict = Status(v.code(), "rank " + std::to_string(k) + ": " + v.message());
+  }
+  const OpDescriptor own = *descs[rank];
+  OpBuffers buf;
+  StatusCode local = StatusCode::kOk;
+  if (verdict.ok()) {
+    Status r = ResolveOwnBuffers(own, rank, n, resolver, &buf);
+    if (r.ok()) {
+      std::memcpy(seg.in_slot(rank), buf.send, own.count * DataTypeSize(own.dtype));
+    } else {
+      local = r.code();
+      std::snprintf(seg.slot(rank, index).status_message, ring::kMessageBytes, "%s", r.message().c_str());
+    }
+  }
+  Status s = Barrier(seg, rank, index, ring::kPhaseStart, local, ctx);
+  if (!s.ok()) return fail_hard(s);
+  if (verdict.ok()) verdict = PeerVerdict(seg, index);
+
+  if (verdict.ok()) {
+    s = RunBody(seg, rank, index, own, buf, ctx);
+    if (!s.ok()) return fail_hard(s);
+  }
+  // Even a refused op ends with the barrier, so no rank runs ahead into a
+  // slot a peer is still reading.
+  s = Barrier(seg, rank, index, ring::kPhaseEnd, StatusCode::kOk, ctx);
+  if (!s.ok()) return fail_hard(s);
+  CountOp(seg, rank, matched, verdict);
+  ring::CompleteOp(seg, rank, index, verdict);
+  return verdict;
+}
+
+RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver)
+    : seg_(seg), rank_(rank), resolver_(resolver) {}
+
+RankExecutor::~RankExecutor() { Stop(); }
+
+void RankExecutor::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void RankExecutor::Stop() {
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+}
+
+void RankExecutor::Loop() {
+  // Waiting for the next op is idle time, not an op wait: no deadline, only stop.
+  const ring::WaitContext idle{nullptr, &stop_, 0};
+  uint64_t index = seg_.control(rank_).completed.value.load(std::memory_order_acquire);
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (!ring::WaitAtLeast(seg_.slot(rank_, index).ready_seq, index + 1, idle, "next op").ok()) break;
+    ExecuteOp(seg_, rank_, index, *resolver_, &stop_);
+    ++index;
+  }
+}
+
+}  // namespace collectived::host

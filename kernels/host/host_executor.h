@@ -1,0 +1,67 @@
+// The host backend's collective "kernel": runs one rank's part of an op over
+// the communicator segment, and a thread that does so for every op of a rank
+// in index order. The same code runs in a client process (client-executed)
+// and in the daemon (daemon-executed); only the BufferResolver differs.
+//
+// Per op, on every rank:
+//   prologue  wait for every rank's descriptor; match and validate them all
+//             (every rank reaches the same verdict); resolve own buffers; copy
+//             own input into own input slot; publish start flag (with local
+//             status); wait for every rank's start flag.
+//   body      one-shot: reduce all input slots into own output.
+//             two-shot: reduce own shard into own shard slot; mid barrier;
+//                       gather every shard slot into own output.
+//             gather:   copy every input slot into own output.
+//   end       publish end flag; wait for every rank's end flag (no rank leaves
+//             while a peer may still read its slots, rule 2); complete.
+// Flags are 64-bit generations (index + 1) << 8 | status, one per phase.
+#ifndef COLLECTIVED_KERNELS_HOST_HOST_EXECUTOR_H_
+#define COLLECTIVED_KERNELS_HOST_HOST_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "collectived/status.h"
+#include "ring/segment_layout.h"
+
+namespace collectived::host {
+
+// Maps (rank's buffer id, byte offset, byte length) to a local pointer.
+class BufferResolver {
+ public:
+  virtual ~BufferResolver() = default;
+  virtual Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) = 0;
+};
+
+// Runs op `index` of `rank` and completes it in the ring. Returns its status.
+// REQUIRES: op `index` of `rank` is posted; ops before it completed.
+Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
+                 const std::atomic<bool>* stop);
+
+// A thread running every op of one rank, in index order, as they are posted.
+class RankExecutor {
+ public:
+  RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver);
+  ~RankExecutor();  // stops
+  RankExecutor(const RankExecutor&) = delete;
+  RankExecutor& operator=(const RankExecutor&) = delete;
+
+  void Start();
+  // Stops after the op in progress (which fails, aborting the communicator, if
+  // it was waiting on peers). Idempotent.
+  void Stop();
+
+ private:
+  void Loop();
+
+  ring::CommSegment seg_;
+  uint32_t rank_;
+  BufferResolver* resolver_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace collectived::host
+
+#endif  // COLLECTIVED_KERNELS_HOST_HOST_EXECUTOR_H_

@@ -1,0 +1,105 @@
+#include "kernels/host/reduce.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/host/half.h"
+
+namespace collectived::host {
+namespace {
+
+// Storage type -> accumulator type and conversions.
+template <typename T>
+struct Elem {
+  using Acc = T;
+  static Acc Load(T v) { return v; }
+  static T Store(Acc v) { return v; }
+};
+template <>
+struct Elem<Float16> {
+  using Acc = float;
+  static Acc Load(Float16 v) { return HalfToFloat(v); }
+  static Float16 Store(Acc v) { return FloatToHalf(v); }
+};
+template <>
+struct Elem<BFloat16> {
+  using Acc = float;
+  static Acc Load(BFloat16 v) { return BFloat16ToFloat(v); }
+  static BFloat16 Store(Acc v) { return FloatToBFloat16(v); }
+};
+
+template <typename A>
+A Combine(ReduceOp op, A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;  // wrap instead of signed overflow
+    switch (op) {
+      case ReduceOp::kSum: return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+      case ReduceOp::kProd: return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+      case ReduceOp::kMin: return b < a ? b : a;
+      default: return a < b ? b : a;
+    }
+  } else {
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: return a + b;
+      case ReduceOp::kProd: return a * b;
+      case ReduceOp::kMin: return b < a ? b : a;
+      default: return a < b ? b : a;
+    }
+  }
+}
+
+template <typename T, ReduceOp kOp>
+void ReduceTyped(void* out_v, const void* const* in_v, uint32_t n, size_t begin, size_t end) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  constexpr size_t kBlock = 1024;  // accumulate a block across ranks: vectorisable inner loops
+  A acc[kBlock];
+  T* out = static_cast<T*>(out_v);
+  for (size_t b = begin; b < end; b += kBlock) {
+    const size_t len = std::min(kBlock, end - b);
+    const T* in0 = static_cast<const T*>(in_v[0]) + b;
+    for (size_t j = 0; j < len; ++j) acc[j] = E::Load(in0[j]);
+    for (uint32_t k = 1; k < n; ++k) {
+      const T* ink = static_cast<const T*>(in_v[k]) + b;
+      for (size_t j = 0; j < len; ++j) acc[j] = Combine<A>(kOp, acc[j], E::Load(ink[j]));
+    }
+    if constexpr (kOp == ReduceOp::kAvg) {
+      const A divisor = static_cast<A>(n);
+      for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
+    }
+    for (size_t j = 0; j < len; ++j) out[b + j] = E::Store(acc[j]);
+  }
+}
+
+template <typename T>
+void ReduceByOp(ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin, size_t end) {
+  switch (op) {
+    case ReduceOp::kSum: return ReduceTyped<T, ReduceOp::kSum>(out, in, n, begin, end);
+    case ReduceOp::kProd: return ReduceTyped<T, ReduceOp::kProd>(out, in, n, begin, end);
+    case ReduceOp::kMin: return ReduceTyped<T, ReduceOp::kMin>(out, in, n, begin, end);
+    case ReduceOp::kMax: return ReduceTyped<T, ReduceOp::kMax>(out, in, n, begin, end);
+    case ReduceOp::kAvg:
+      if constexpr (!std::is_integral_v<T>) return ReduceTyped<T, ReduceOp::kAvg>(out, in, n, begin, end);
+      return;
+    default: return;
+  }
+}
+
+}  // namespace
+
+void ReduceElements(DataType dtype, ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin,
+                    size_t end) {
+  switch (dtype) {
+    case DataType::kFloat32: return ReduceByOp<float>(op, out, in, n, begin, end);
+    case DataType::kFloat64: return ReduceByOp<double>(op, out, in, n, begin, end);
+    case DataType::kFloat16: return ReduceByOp<Float16>(op, out, in, n, begin, end);
+    case DataType::kBFloat16: return ReduceByOp<BFloat16>(op, out, in, n, begin, end);
+    case DataType::kInt32: return ReduceByOp<int32_t>(op, out, in, n, begin, end);
+    case DataType::kInt64: return ReduceByOp<int64_t>(op, out, in, n, begin, end);
+    case DataType::kUint32: return ReduceByOp<uint32_t>(op, out, in, n, begin, end);
+    default: return;
+  }
+}
+
+}  // namespace collectived::host

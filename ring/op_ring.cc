@@ -1,0 +1,79 @@
+#include "ring/op_ring.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace collectived::ring {
+
+Status PostOp(const CommSegment& seg, uint32_t rank, const OpDescriptor& desc, const WaitContext& ctx,
+              uint64_t* index) {
+  if (rank >= seg.world_size()) return Status::InvalidArgument("rank out of range");
+  COLLECTIVED_RETURN_IF_ERROR(seg.AbortStatus());
+  RankControl& ctl = seg.control(rank);
+  const uint64_t i = ctl.next_index.value.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t depth = seg.ring_depth();
+  if (i >= depth) {
+    Status s = WaitAtLeast(ctl.completed.value, i - depth + 1, ctx, "a free ring slot");
+    if (!s.ok()) {
+      const std::string reason = "rank " + std::to_string(rank) + " could not post op " + std::to_string(i) +
+                                 ": " + s.ToString();
+      seg.Abort(s.code(), reason.c_str());
+      return Status(s.code(), reason);
+    }
+  }
+  RingSlot& slot = seg.slot(rank, i);
+  slot.desc = desc;
+  slot.status_code = 0;
+  slot.status_message[0] = '\0';
+  PublishWord(slot.ready_seq, i + 1);
+  *index = i;
+  return Status::Ok();
+}
+
+void CompleteOp(const CommSegment& seg, uint32_t rank, uint64_t index, const Status& status) {
+  RingSlot& slot = seg.slot(rank, index);
+  slot.status_code = static_cast<int32_t>(status.code());
+  std::snprintf(slot.status_message, sizeof(slot.status_message), "%s", status.message().c_str());
+  StatusRecord& rec = seg.status_record(rank, index);
+  rec.code.store(static_cast<int32_t>(status.code()), std::memory_order_relaxed);
+  rec.seq.store(index + 1, std::memory_order_release);
+  PublishWord(seg.control(rank).completed.value, index + 1);
+}
+
+bool IsOpDone(const CommSegment& seg, uint32_t rank, uint64_t index) {
+  return seg.control(rank).completed.value.load(std::memory_order_acquire) >= index + 1;
+}
+
+Status CompletedOpStatus(const CommSegment& seg, uint32_t rank, uint64_t index) {
+  const StatusRecord& rec = seg.status_record(rank, index);
+  if (rec.seq.load(std::memory_order_acquire) != index + 1) {
+    return Status::FailedPrecondition("status of op " + std::to_string(index) + " is no longer kept (only the last " +
+                                      std::to_string(kStatusHistory) + " ops are)");
+  }
+  const auto code = static_cast<StatusCode>(rec.code.load(std::memory_order_relaxed));
+  if (code == StatusCode::kOk) return Status::Ok();
+  // The text lives in the ring slot, which a later op may have taken.
+  const RingSlot& slot = seg.slot(rank, index);
+  std::string message = "op " + std::to_string(index) + " failed";
+  if (slot.ready_seq.load(std::memory_order_acquire) == index + 1) message = slot.status_message;
+  // Re-check: if the record moved on while we read, the text may be another op's.
+  if (rec.seq.load(std::memory_order_acquire) != index + 1) message = "op " + std::to_string(index) + " failed";
+  return Status(code, message);
+}
+
+Status WaitOpDone(const CommSegment& seg, uint32_t rank, uint64_t index, const WaitContext& ctx) {
+  // No abort check here: the executor always completes an aborted op with the
+  // abort status, so a waiter just needs `completed`. The deadline bounds it
+  // in case no executor is left (the process that ran it died).
+  WaitContext no_abort = ctx;
+  no_abort.segment = nullptr;
+  Status s = WaitAtLeast(seg.control(rank).completed.value, index + 1, no_abort, "op completion");
+  if (!s.ok()) {
+    if (seg.aborted()) return seg.AbortStatus();
+    return s;
+  }
+  return CompletedOpStatus(seg, rank, index);
+}
+
+}  // namespace collectived::ring

@@ -1,0 +1,149 @@
+// Layout of a communicator's shared segment: header, per-rank control words,
+// op rings, status history and the fixed data slots.
+//
+// Every offset depends only on (world_size, ring_depth, max_message_bytes),
+// fixed when the communicator is created: a slot's position never depends on
+// the size of the message in it (DESIGN.md rule 3).
+#ifndef COLLECTIVED_RING_SEGMENT_LAYOUT_H_
+#define COLLECTIVED_RING_SEGMENT_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "collectived/status.h"
+#include "collectived/types.h"
+
+namespace collectived::ring {
+
+constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr size_t kCacheLine = 64;
+constexpr uint32_t kMaxRanks = 64;
+constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
+constexpr size_t kMessageBytes = 176;      // status text kept per ring slot
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "64-bit atomics must be lock free");
+
+// Barrier phases; each has its own flag word per rank.
+enum Phase : uint32_t { kPhaseStart = 0, kPhaseMid = 1, kPhaseEnd = 2, kNumPhases = 3 };
+
+// Plan of an op, chosen by the poster from the communicator's thresholds and
+// checked by the matcher like the other descriptor fields.
+enum class Algorithm : uint32_t { kUnspecified = 0, kOneShot = 1, kTwoShot = 2, kGather = 3 };
+const char* AlgorithmName(Algorithm a);
+
+// What a rank posts for one op. Plain data: it lives in shared memory.
+struct OpDescriptor {
+  CollectiveKind kind;
+  DataType dtype;
+  ReduceOp reduce_op;  // kUnspecified for all-gather
+  Algorithm algorithm;
+  uint64_t count;  // elements of this rank's input
+  uint64_t send_buffer_id;
+  uint64_t send_offset;  // bytes
+  uint64_t recv_buffer_id;
+  uint64_t recv_offset;  // bytes
+};
+
+// A 64-bit word alone on its cache line (one word per flag, rule 4).
+struct alignas(kCacheLine) PaddedWord {
+  std::atomic<uint64_t> value;
+};
+
+// One ring entry. `ready_seq` = index + 1 once `desc` is valid for op `index`.
+struct alignas(kCacheLine) RingSlot {
+  std::atomic<uint64_t> ready_seq;
+  OpDescriptor desc;
+  int32_t status_code;  // written by the executor before `completed` moves
+  char status_message[kMessageBytes];
+};
+
+struct StatusRecord {
+  std::atomic<uint64_t> seq;  // op index + 1 this record belongs to
+  std::atomic<int32_t> code;
+  int32_t pad;
+};
+
+struct alignas(kCacheLine) RankControl {
+  PaddedWord next_index;             // op counter: the poster takes indices here
+  PaddedWord completed;              // ops of this rank finished (index + 1 of the last)
+  PaddedWord phase_flag[kNumPhases]; // generation flags: (index + 1) << 8 | local status
+};
+
+struct alignas(kCacheLine) CommHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t world_size;
+  uint32_t ring_depth;
+  uint32_t mode;  // ExecutionMode
+  uint64_t max_message_bytes;
+  uint64_t one_shot_max_bytes;  // all-reduce above this uses two-shot
+  uint64_t op_timeout_ns;
+  uint64_t segment_bytes;
+  uint64_t comm_id;
+  // Negative-control switches are not in v1's header; see docs/protocol.md.
+  alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts
+  std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
+  char abort_reason[256];
+  alignas(kCacheLine) std::atomic<uint64_t> ops_matched;
+  std::atomic<uint64_t> ops_completed;
+  std::atomic<uint64_t> ops_failed;
+};
+
+struct SegmentParams {
+  uint32_t world_size = 0;
+  uint32_t ring_depth = 64;
+  uint64_t max_message_bytes = 0;
+  uint64_t one_shot_max_bytes = 256 * 1024;
+  uint64_t op_timeout_ns = 30ull * 1000 * 1000 * 1000;
+  ExecutionMode mode = ExecutionMode::kClient;
+  uint64_t comm_id = 0;
+};
+
+// Byte offsets of every region; computed once from SegmentParams.
+struct SegmentLayout {
+  uint64_t rank_control_offset;
+  uint64_t ring_offset;  // world_size rings of ring_depth slots
+  uint64_t status_offset;
+  uint64_t in_slot_offset;  // world_size input slots of in_slot_bytes
+  uint64_t in_slot_bytes;
+  uint64_t shard_slot_offset;  // world_size reduced-shard slots of shard_slot_bytes
+  uint64_t shard_slot_bytes;
+  uint64_t total_bytes;
+
+  static Status Compute(const SegmentParams& params, SegmentLayout* out);
+};
+
+// Typed view of a mapped segment. Does not own the mapping.
+class CommSegment {
+ public:
+  CommSegment() = default;
+  // Writes the header and zeroes control words; the memory must be zeroed.
+  static Status Initialize(void* base, uint64_t bytes, const SegmentParams& params, CommSegment* out);
+  // Checks magic, version and size of a segment mapped from elsewhere.
+  static Status Attach(void* base, uint64_t bytes, CommSegment* out);
+
+  CommHeader& header() const { return *reinterpret_cast<CommHeader*>(base_); }
+  const SegmentLayout& layout() const { return layout_; }
+  uint32_t world_size() const { return header().world_size; }
+  uint32_t ring_depth() const { return header().ring_depth; }
+  RankControl& control(uint32_t rank) const;
+  RingSlot& slot(uint32_t rank, uint64_t index) const;
+  StatusRecord& status_record(uint32_t rank, uint64_t index) const;
+  uint8_t* in_slot(uint32_t rank) const;
+  uint8_t* shard_slot(uint32_t rank) const;
+
+  // First abort wins; later calls keep the first reason.
+  void Abort(StatusCode code, const char* reason) const;
+  bool aborted() const { return header().abort_code.load(std::memory_order_acquire) != 0; }
+  Status AbortStatus() const;  // OK when not aborted
+
+ private:
+  uint8_t* base_ = nullptr;
+  SegmentLayout layout_{};
+};
+
+}  // namespace collectived::ring
+
+#endif  // COLLECTIVED_RING_SEGMENT_LAYOUT_H_
