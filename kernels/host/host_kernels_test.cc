@@ -1,0 +1,349 @@
+// Unit tests of the host backend's kernels: reductions for every dtype x op,
+// and the rank executor (prologue, one-shot, two-shot, gather, barriers,
+// failure paths) with ranks as threads over one segment.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels/host/half.h"
+#include "kernels/host/host_executor.h"
+#include "kernels/host/reduce.h"
+#include "ring/matcher.h"
+#include "ring/op_ring.h"
+#include "tests/support/exact_data.h"
+
+namespace collectived::host {
+namespace {
+
+constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                                  DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+
+TEST(HalfTest, RoundTripsAndRoundsToNearestEven) {
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /* 2^-14 */, 5.9604645e-08f /* 2^-24 */}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
+    EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(f == 65504.0f ? 65536.0f : f)), f == 65504.0f ? 65536.0f : f);
+  }
+  EXPECT_EQ(FloatToHalf(65520.0f).bits, 0x7c00);  // overflows to inf
+  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048).bits, 0x3c00);  // tie -> even (down)
+  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048).bits, 0x3c02);  // tie -> even (up)
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+  EXPECT_EQ(FloatToBFloat16(1.0f + 1.0f / 256).bits, 0x3f80);  // tie -> even
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
+}
+
+// Every dtype x op against the float64/integer reference, for several rank
+// counts, on exact inputs with a poisoned output.
+TEST(ReduceTest, EveryTypeAndOpMatchesReference) {
+  const uint64_t count = 3001;  // odd, spans several blocks
+  for (DataType dt : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      if (!IsValidReduction(dt, op)) continue;
+      for (uint32_t n : {1u, 2u, 3u, 8u}) {
+        const size_t bytes = count * DataTypeSize(dt);
+        std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(bytes));
+        std::vector<const void*> ptrs;
+        for (uint32_t r = 0; r < n; ++r) {
+          testing::FillInput(dt, op, r, 11, in[r].data(), count);
+          ptrs.push_back(in[r].data());
+        }
+        std::vector<uint8_t> out(bytes);
+        testing::Poison(dt, out.data(), count);
+        ASSERT_GT(testing::CountWrongAllReduce(dt, op, n, 11, out.data(), count), 0u) << "poison must be wrong";
+        ReduceElements(dt, op, out.data(), ptrs.data(), n, 0, count);
+        EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, 11, out.data(), count), 0u)
+            << DataTypeName(dt) << " " << ReduceOpName(op) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, IntegerSumWraps) {
+  int32_t a[1] = {INT32_MAX}, b[1] = {1}, out[1];
+  const void* in[] = {a, b};
+  ReduceElements(DataType::kInt32, ReduceOp::kSum, out, in, 2, 0, 1);
+  EXPECT_EQ(out[0], INT32_MIN);
+}
+
+TEST(ReduceTest, OutputMayAliasAnInput) {
+  float a[3000], b[3000];
+  for (int i = 0; i < 3000; ++i) a[i] = i, b[i] = 2 * i;
+  const void* in[] = {a, b};
+  ReduceElements(DataType::kFloat32, ReduceOp::kSum, a, in, 2, 0, 3000);
+  for (int i = 0; i < 3000; ++i) ASSERT_EQ(a[i], 3 * i);
+}
+
+// ---- the executor, ranks as threads -----------------------------------------
+
+class LocalComm : public BufferResolver {
+ public:
+  LocalComm(uint32_t world, uint64_t max_bytes, uint64_t one_shot_max, uint64_t timeout_ms = 5000) {
+    ring::SegmentParams p;
+    p.world_size = world;
+    p.ring_depth = 8;
+    p.max_message_bytes = max_bytes;
+    p.one_shot_max_bytes = one_shot_max;
+    p.op_timeout_ns = timeout_ms * 1000000;
+    ring::SegmentLayout l;
+    EXPECT_TRUE(ring::SegmentLayout::Compute(p, &l).ok());
+    mem_ = static_cast<uint8_t*>(std::aligned_alloc(4096, l.total_bytes));
+    std::memset(mem_, 0, l.total_bytes);
+    EXPECT_TRUE(ring::CommSegment::Initialize(mem_, l.total_bytes, p, &seg).ok());
+  }
+  ~LocalComm() override {
+    for (auto& e : executors) e->Stop();
+    std::free(mem_);
+  }
+  void StartExecutors() {
+    for (uint32_t r = 0; r < seg.world_size(); ++r) {
+      executors.push_back(std::make_unique<RankExecutor>(seg, r, this));
+      executors.back()->Start();
+    }
+  }
+  uint8_t* AddBuffer(uint32_t rank, uint64_t id, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& b = buffers_[{rank, id}];
+    b.assign(bytes, 0);
+    return b.data();
+  }
+  Status Resolve(uint32_t rank, uint64_t id, uint64_t offset, uint64_t bytes, void** ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buffers_.find({rank, id});
+    if (it == buffers_.end()) return Status::NotFound("buffer " + std::to_string(id) + " unknown");
+    if (offset + bytes > it->second.size()) return Status::InvalidArgument("range outside buffer");
+    *ptr = it->second.data() + offset;
+    return Status::Ok();
+  }
+  Status Post(uint32_t rank, ring::OpDescriptor d, uint64_t* index) {
+    d.algorithm = ring::ChooseAlgorithm(d.kind, d.count * DataTypeSize(d.dtype), seg.header().one_shot_max_bytes);
+    ring::WaitContext ctx{&seg, nullptr, ring::NowNs() + 5'000'000'000};
+    return ring::PostOp(seg, rank, d, ctx, index);
+  }
+  Status Wait(uint32_t rank, uint64_t index) {
+    ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + 10'000'000'000};
+    return ring::WaitOpDone(seg, rank, index, ctx);
+  }
+
+  ring::CommSegment seg;
+  std::vector<std::unique_ptr<RankExecutor>> executors;
+
+ private:
+  uint8_t* mem_;
+  std::mutex mu_;
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>> buffers_;
+};
+
+ring::OpDescriptor Desc(CollectiveKind kind, DataType dt, ReduceOp op, uint64_t count, uint64_t send_id,
+                        uint64_t send_off, uint64_t recv_id, uint64_t recv_off) {
+  ring::OpDescriptor d{};
+  d.kind = kind;
+  d.dtype = dt;
+  d.reduce_op = op;
+  d.count = count;
+  d.send_buffer_id = send_id;
+  d.send_offset = send_off;
+  d.recv_buffer_id = recv_id;
+  d.recv_offset = recv_off;
+  return d;
+}
+
+// All-reduce of every dtype x op, one-shot and two-shot (odd counts so shards
+// are uneven), in place and out of place; all-gather in and out of place.
+TEST(HostExecutorTest, AllCollectivesEveryTypeBothAlgorithmsBothPlacements) {
+  for (uint32_t n : {2u, 3u, 4u}) {
+    LocalComm comm(n, 64 * 1024, /*one_shot_max=*/4096);
+    comm.StartExecutors();
+    uint64_t seed = 1;
+    for (DataType dt : kAllTypes) {
+      const size_t es = DataTypeSize(dt);
+      for (uint64_t count : {uint64_t{1}, uint64_t{37}, uint64_t{4096 / es + 7}}) {  // one-shot..two-shot
+        for (ReduceOp op : kAllOps) {
+          if (!IsValidReduction(dt, op)) continue;
+          for (bool in_place : {false, true}) {
+            ++seed;
+            std::vector<uint8_t*> send(n), recv(n);
+            std::vector<uint64_t> idx(n);
+            for (uint32_t r = 0; r < n; ++r) {
+              send[r] = comm.AddBuffer(r, 1, count * es);
+              recv[r] = in_place ? send[r] : comm.AddBuffer(r, 2, count * es);
+              testing::FillInput(dt, op, r, seed, send[r], count);
+              if (!in_place) testing::Poison(dt, recv[r], count);
+              ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, dt, op, count, 1, 0, in_place ? 1 : 2, 0),
+                                    &idx[r]).ok());
+            }
+            for (uint32_t r = 0; r < n; ++r) {
+              ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
+              EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, recv[r], count), 0u)
+                  << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " count=" << count
+                  << (in_place ? " in place" : "") << " rank " << r;
+            }
+          }
+        }
+        for (bool in_place : {false, true}) {
+          ++seed;
+          std::vector<uint8_t*> recv(n);
+          std::vector<uint64_t> idx(n);
+          for (uint32_t r = 0; r < n; ++r) {
+            recv[r] = comm.AddBuffer(r, 3, n * count * es);
+            testing::Poison(dt, recv[r], n * count);
+            uint8_t* send = in_place ? recv[r] + r * count * es : comm.AddBuffer(r, 4, count * es);
+            testing::FillInput(dt, ReduceOp::kUnspecified, r, seed, send, count);
+            ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllGather, dt, ReduceOp::kUnspecified, count,
+                                          in_place ? 3 : 4, in_place ? r * count * es : 0, 3, 0),
+                                  &idx[r]).ok());
+          }
+          for (uint32_t r = 0; r < n; ++r) {
+            ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
+            EXPECT_EQ(testing::CountWrongAllGather(dt, n, seed, recv[r], count), 0u)
+                << "all_gather n=" << n << " " << DataTypeName(dt) << " count=" << count;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(comm.seg.header().ops_failed.load(), 0u);
+    EXPECT_EQ(comm.seg.header().ops_completed.load(), comm.seg.header().ops_matched.load());
+  }
+}
+
+TEST(HostExecutorTest, MismatchFailsOnEveryRankAndTheNextOpStillWorks) {
+  LocalComm comm(3, 4096, 1024);
+  comm.StartExecutors();
+  std::vector<uint64_t> idx(3);
+  for (uint32_t r = 0; r < 3; ++r) {
+    comm.AddBuffer(r, 1, 4096);
+    ring::OpDescriptor d = Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 16, 1, 0, 1, 0);
+    if (r == 2) d.reduce_op = ReduceOp::kMax;
+    ASSERT_TRUE(comm.Post(r, d, &idx[r]).ok());
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    Status s = comm.Wait(r, idx[r]);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("rank 2 posted all_reduce float32 max"), std::string::npos) << s.message();
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    float* b = reinterpret_cast<float*>(comm.AddBuffer(r, 1, 4096));
+    for (int j = 0; j < 16; ++j) b[j] = static_cast<float>(r + 1);
+    ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 16, 1, 0, 1, 0),
+                          &idx[r]).ok());
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
+    float out;
+    void* p;
+    ASSERT_TRUE(comm.Resolve(r, 1, 0, 4, &p).ok());
+    std::memcpy(&out, p, 4);
+    EXPECT_EQ(out, 6.0f);
+  }
+  EXPECT_FALSE(comm.seg.aborted());
+  EXPECT_EQ(comm.seg.header().ops_failed.load(), 1u);
+  EXPECT_EQ(comm.seg.header().ops_completed.load(), 1u);
+}
+
+TEST(HostExecutorTest, OneRanksBadBufferFailsTheOpOnEveryRank) {
+  LocalComm comm(2, 4096, 1024);
+  comm.StartExecutors();
+  comm.AddBuffer(0, 1, 4096);
+  comm.AddBuffer(1, 1, 64);  // too small for rank 1's 128-byte message
+  std::vector<uint64_t> idx(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 32, 1, 0, 1, 0),
+                          &idx[r]).ok());
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    Status s = comm.Wait(r, idx[r]);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 1: range outside buffer"), std::string::npos) << s.message();
+  }
+  EXPECT_FALSE(comm.seg.aborted());
+}
+
+TEST(HostExecutorTest, MissingRankTimesOutEveryRankWithoutHanging) {
+  LocalComm comm(3, 4096, 1024, /*timeout_ms=*/200);
+  comm.StartExecutors();
+  std::vector<uint64_t> idx(3);
+  for (uint32_t r = 0; r < 2; ++r) {  // rank 2 never posts
+    comm.AddBuffer(r, 1, 4096);
+    ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0),
+                          &idx[r]).ok());
+  }
+  const int64_t t0 = ring::NowNs();
+  for (uint32_t r = 0; r < 2; ++r) {
+    Status s = comm.Wait(r, idx[r]);
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+    EXPECT_NE(s.message().find("rank 2 did not post"), std::string::npos) << s.message();
+  }
+  EXPECT_LT(ring::NowNs() - t0, 3'000'000'000);
+  EXPECT_TRUE(comm.seg.aborted());
+  uint64_t i;
+  EXPECT_EQ(comm.Post(0, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0), &i)
+                .code(),
+            StatusCode::kDeadlineExceeded);  // the abort is sticky, with its cause
+}
+
+TEST(HostExecutorTest, AbortReleasesRanksWaitingInABarrier) {
+  LocalComm comm(2, 4096, 1024, /*timeout_ms=*/60000);
+  comm.StartExecutors();
+  comm.AddBuffer(0, 1, 4096);
+  uint64_t idx;
+  ASSERT_TRUE(comm.Post(0, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0), &idx)
+                  .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  comm.seg.Abort(StatusCode::kAborted, "rank 1 (pid 1234) disconnected");  // what the daemon does
+  const int64_t t0 = ring::NowNs();
+  Status s = comm.Wait(0, idx);
+  EXPECT_EQ(s.code(), StatusCode::kAborted);
+  EXPECT_NE(s.message().find("disconnected"), std::string::npos);
+  EXPECT_LT(ring::NowNs() - t0, 1'000'000'000);
+}
+
+// Many ops in flight per rank (more than the ring depth), mixed kinds.
+TEST(HostExecutorTest, ManyOpsInFlightStayOrderedAndExact) {
+  const uint32_t n = 4;
+  LocalComm comm(n, 16 * 1024, 2048);
+  comm.StartExecutors();
+  const int kOps = 200;
+  std::vector<std::thread> posters;
+  std::atomic<uint64_t> wrong{0}, failed{0};
+  for (uint32_t r = 0; r < n; ++r) {
+    posters.emplace_back([&, r] {
+      std::vector<std::pair<uint64_t, int>> pending;
+      for (int k = 0; k < kOps; ++k) {
+        const uint64_t count = 1 + (k * 131) % 3000;
+        const bool gather = k % 3 == 0;
+        const uint64_t id = 100 + k;  // a buffer per op: inputs stay valid while in flight
+        uint8_t* b = comm.AddBuffer(r, id, (gather ? n : 1) * count * 4);
+        testing::FillInput(DataType::kInt32, gather ? ReduceOp::kUnspecified : ReduceOp::kSum, r, k, b, count);
+        uint64_t i;
+        ring::OpDescriptor d =
+            gather ? Desc(CollectiveKind::kAllGather, DataType::kInt32, ReduceOp::kUnspecified, count, id, 0, id, 0)
+                   : Desc(CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, count, id, 0, id, 0);
+        if (gather) {  // in place from the rank's own chunk
+          std::memmove(b + r * count * 4, b, count * 4);
+          d.send_offset = r * count * 4;
+        }
+        if (!comm.Post(r, d, &i).ok()) failed++;
+        pending.emplace_back(i, k);
+      }
+      for (auto [i, k] : pending) {
+        if (!comm.Wait(r, i).ok()) failed++;
+        const uint64_t count = 1 + (k * 131) % 3000;
+        void* p;
+        comm.Resolve(r, 100 + k, 0, 0, &p);
+        wrong += k % 3 == 0 ? testing::CountWrongAllGather(DataType::kInt32, n, k, p, count)
+                            : testing::CountWrongAllReduce(DataType::kInt32, ReduceOp::kSum, n, k, p, count);
+      }
+    });
+  }
+  for (auto& t : posters) t.join();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(comm.seg.header().ops_completed.load(), static_cast<uint64_t>(kOps));
+}
+
+}  // namespace
+}  // namespace collectived::host

@@ -1,0 +1,266 @@
+// Unit tests of the op-ring protocol: layout, post/complete, matcher.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "ring/matcher.h"
+#include "ring/op_ring.h"
+#include "ring/segment_layout.h"
+#include "ring/wait.h"
+
+namespace collectived::ring {
+namespace {
+
+struct OwnedSegment {
+  explicit OwnedSegment(const SegmentParams& p) {
+    SegmentLayout l;
+    EXPECT_TRUE(SegmentLayout::Compute(p, &l).ok());
+    bytes = l.total_bytes;
+    mem.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, bytes)));
+    std::memset(mem.get(), 0, bytes);
+    EXPECT_TRUE(CommSegment::Initialize(mem.get(), bytes, p, &seg).ok());
+  }
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> mem;
+  uint64_t bytes = 0;
+  CommSegment seg;
+};
+
+SegmentParams Params(uint32_t world, uint32_t depth = 8, uint64_t max_bytes = 1 << 16) {
+  SegmentParams p;
+  p.world_size = world;
+  p.ring_depth = depth;
+  p.max_message_bytes = max_bytes;
+  p.op_timeout_ns = 2'000'000'000;
+  return p;
+}
+
+OpDescriptor AllReduce(uint64_t count, DataType dt = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
+  OpDescriptor d{};
+  d.kind = CollectiveKind::kAllReduce;
+  d.dtype = dt;
+  d.reduce_op = op;
+  d.count = count;
+  d.algorithm = ChooseAlgorithm(d.kind, count * DataTypeSize(dt), 256 * 1024);
+  d.send_buffer_id = 1;
+  d.recv_buffer_id = 2;
+  return d;
+}
+
+TEST(SegmentLayoutTest, RegionsAreDisjointAlignedAndInOrder) {
+  SegmentLayout l;
+  ASSERT_TRUE(SegmentLayout::Compute(Params(8, 64, 1 << 20), &l).ok());
+  EXPECT_GE(l.rank_control_offset, sizeof(CommHeader));
+  EXPECT_GE(l.ring_offset, l.rank_control_offset + 8 * sizeof(RankControl));
+  EXPECT_GE(l.status_offset, l.ring_offset + 8 * 64 * sizeof(RingSlot));
+  EXPECT_GE(l.in_slot_offset, l.status_offset + 8 * kStatusHistory * sizeof(StatusRecord));
+  EXPECT_EQ(l.shard_slot_offset, l.in_slot_offset + 8 * l.in_slot_bytes);
+  EXPECT_EQ(l.total_bytes, l.shard_slot_offset + 8 * l.shard_slot_bytes);
+  for (uint64_t off : {l.rank_control_offset, l.ring_offset, l.status_offset, l.in_slot_offset, l.shard_slot_offset}) {
+    EXPECT_EQ(off % 4096, 0u);
+  }
+  EXPECT_GE(l.in_slot_bytes, 1u << 20);
+  // A shard of ceil(max / n) elements plus one straddling element fits.
+  EXPECT_GE(l.shard_slot_bytes, (1u << 20) / 8 + 8);
+}
+
+TEST(SegmentLayoutTest, SlotPositionsDependOnlyOnConfiguration) {
+  // Rule 3: the same communicator configuration gives the same slots, and a
+  // slot's address never depends on the message in it (no size parameter).
+  OwnedSegment a(Params(4, 16, 1 << 16));
+  for (uint32_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(a.seg.in_slot(r) - a.seg.in_slot(0), static_cast<ptrdiff_t>(r * a.seg.layout().in_slot_bytes));
+    EXPECT_EQ(a.seg.shard_slot(r) - a.seg.shard_slot(0), static_cast<ptrdiff_t>(r * a.seg.layout().shard_slot_bytes));
+  }
+  // Every control word of every rank and phase on its own cache line.
+  for (uint32_t r = 0; r < 4; ++r) {
+    for (uint32_t p = 0; p < kNumPhases; ++p) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(&a.seg.control(r).phase_flag[p].value) % kCacheLine, 0u);
+    }
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(&a.seg.control(r).next_index.value) % kCacheLine, 0u);
+  }
+}
+
+TEST(SegmentLayoutTest, RejectsBadParameters) {
+  SegmentLayout l;
+  EXPECT_EQ(SegmentLayout::Compute(Params(0), &l).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SegmentLayout::Compute(Params(kMaxRanks + 1), &l).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SegmentLayout::Compute(Params(2, 6), &l).code(), StatusCode::kInvalidArgument);  // not a power of 2
+  EXPECT_EQ(SegmentLayout::Compute(Params(2, 8, 12), &l).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SegmentLayoutTest, AttachChecksHeader) {
+  OwnedSegment a(Params(2));
+  CommSegment b;
+  ASSERT_TRUE(CommSegment::Attach(a.mem.get(), a.bytes, &b).ok());
+  EXPECT_EQ(b.world_size(), 2u);
+  EXPECT_EQ(CommSegment::Attach(a.mem.get(), a.bytes - 4096, &b).code(), StatusCode::kFailedPrecondition);
+  a.seg.header().magic = 0;
+  EXPECT_EQ(CommSegment::Attach(a.mem.get(), a.bytes, &b).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(OpRingTest, IndicesAreMonotonicPerRankAndStatusIsKept) {
+  OwnedSegment s(Params(2, 4));
+  WaitContext ctx{&s.seg, nullptr, NowNs() + 1'000'000'000};
+  for (uint64_t i = 0; i < 10; ++i) {
+    uint64_t index = 99;
+    ASSERT_TRUE(PostOp(s.seg, 1, AllReduce(16), ctx, &index).ok());
+    EXPECT_EQ(index, i);
+    EXPECT_EQ(s.seg.slot(1, i).ready_seq.load(), i + 1);
+    EXPECT_FALSE(IsOpDone(s.seg, 1, i));
+    CompleteOp(s.seg, 1, i, i % 3 == 0 ? Status::InvalidArgument("bad op " + std::to_string(i)) : Status::Ok());
+    EXPECT_TRUE(IsOpDone(s.seg, 1, i));
+  }
+  EXPECT_EQ(s.seg.control(0).next_index.value.load(), 0u);  // other ranks untouched
+  // Recent statuses, with their text while the slot still holds the op.
+  Status st = CompletedOpStatus(s.seg, 1, 9);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "bad op 9");
+  EXPECT_TRUE(CompletedOpStatus(s.seg, 1, 8).ok());
+  // Older than the ring: code kept, text generic.
+  EXPECT_EQ(CompletedOpStatus(s.seg, 1, 3).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(OpRingTest, StatusOlderThanHistoryIsReportedAsGone) {
+  OwnedSegment s(Params(1, 4));
+  WaitContext ctx{&s.seg, nullptr, NowNs() + 1'000'000'000};
+  for (uint64_t i = 0; i < kStatusHistory + 2; ++i) {
+    uint64_t index;
+    ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+    CompleteOp(s.seg, 0, index, Status::Ok());
+  }
+  EXPECT_EQ(CompletedOpStatus(s.seg, 0, 0).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CompletedOpStatus(s.seg, 0, kStatusHistory + 1).ok());
+}
+
+TEST(OpRingTest, FullRingWaitsForCompletion) {
+  OwnedSegment s(Params(1, 2));
+  WaitContext ctx{&s.seg, nullptr, NowNs() + 5'000'000'000};
+  uint64_t index;
+  ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+  ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CompleteOp(s.seg, 0, 0, Status::Ok());
+  });
+  const int64_t t0 = NowNs();
+  ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+  EXPECT_EQ(index, 2u);
+  EXPECT_GE(NowNs() - t0, 40'000'000);  // it really waited for slot 0 to free
+  completer.join();
+}
+
+TEST(OpRingTest, FullRingPastDeadlineAbortsTheCommunicator) {
+  OwnedSegment s(Params(2, 2));
+  WaitContext ctx{&s.seg, nullptr, NowNs() + 1'000'000'000};
+  uint64_t index;
+  ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+  ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+  ctx.deadline_ns = NowNs() + 30'000'000;
+  Status st = PostOp(s.seg, 0, AllReduce(1), ctx, &index);
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(s.seg.aborted());
+  // Everyone now sees the abort, with the reason.
+  Status again = PostOp(s.seg, 1, AllReduce(1), ctx, &index);
+  EXPECT_EQ(again.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(again.message().find("could not post op 2"), std::string::npos) << again.message();
+}
+
+TEST(OpRingTest, WaitOpDoneHonoursDeadline) {
+  OwnedSegment s(Params(1));
+  WaitContext ctx{&s.seg, nullptr, NowNs() + 1'000'000'000};
+  uint64_t index;
+  ASSERT_TRUE(PostOp(s.seg, 0, AllReduce(1), ctx, &index).ok());
+  WaitContext short_ctx{nullptr, nullptr, NowNs() + 20'000'000};
+  EXPECT_EQ(WaitOpDone(s.seg, 0, index, short_ctx).code(), StatusCode::kDeadlineExceeded);
+  CompleteOp(s.seg, 0, index, Status::Ok());
+  EXPECT_TRUE(WaitOpDone(s.seg, 0, index, short_ctx).ok());
+}
+
+TEST(WaitTest, WakesAcrossThreadsAndSeesAbort) {
+  OwnedSegment s(Params(2));
+  std::atomic<uint64_t>& word = s.seg.control(0).completed.value;
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    PublishWord(word, 5);
+  });
+  WaitContext ctx{&s.seg, nullptr, NowNs() + 2'000'000'000};
+  EXPECT_TRUE(WaitAtLeast(word, 5, ctx, "test").ok());
+  writer.join();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    s.seg.Abort(StatusCode::kAborted, "peer died");
+  });
+  Status st = WaitAtLeast(word, 6, ctx, "test");
+  aborter.join();
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_NE(st.message().find("peer died"), std::string::npos);
+  s.seg.Abort(StatusCode::kInternal, "second reason");  // first abort wins
+  EXPECT_NE(s.seg.AbortStatus().message().find("peer died"), std::string::npos);
+}
+
+TEST(MatcherTest, AgreeingDescriptorsMatch) {
+  OpDescriptor a = AllReduce(100), b = AllReduce(100);
+  b.send_buffer_id = 77;  // buffers are per rank: not compared
+  const OpDescriptor* d[] = {&a, &b};
+  EXPECT_TRUE(MatchDescriptors(3, d, 2).ok());
+}
+
+TEST(MatcherTest, EachDisagreementIsNamed) {
+  OpDescriptor base = AllReduce(100);
+  struct Case {
+    const char* field;
+    void (*mutate)(OpDescriptor&);
+  } cases[] = {
+      {"count", [](OpDescriptor& d) { d.count = 101; }},
+      {"dtype", [](OpDescriptor& d) { d.dtype = DataType::kInt32; }},
+      {"op", [](OpDescriptor& d) { d.reduce_op = ReduceOp::kMax; }},
+      {"kind", [](OpDescriptor& d) { d.kind = CollectiveKind::kAllGather; }},
+      {"plan", [](OpDescriptor& d) { d.algorithm = Algorithm::kTwoShot; }},
+  };
+  for (const auto& c : cases) {
+    OpDescriptor other = base;
+    c.mutate(other);
+    const OpDescriptor* d[] = {&base, &base, &other};
+    Status st = MatchDescriptors(7, d, 3);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(st.message().find("op 7 mismatch"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st.message();
+  }
+}
+
+TEST(MatcherTest, ValidationRejectsBadDescriptors) {
+  OpDescriptor d = AllReduce(10);
+  EXPECT_TRUE(ValidateDescriptor(d, 1 << 16).ok());
+  OpDescriptor bad = d;
+  bad.count = 0;
+  EXPECT_EQ(ValidateDescriptor(bad, 1 << 16).code(), StatusCode::kInvalidArgument);
+  bad = d;
+  bad.count = (1 << 16) / 4 + 1;
+  EXPECT_NE(ValidateDescriptor(bad, 1 << 16).message().find("exceeds"), std::string::npos);
+  bad = d;
+  bad.dtype = static_cast<DataType>(42);
+  EXPECT_NE(ValidateDescriptor(bad, 1 << 16).message().find("unknown data type"), std::string::npos);
+  bad = AllReduce(10, DataType::kInt32, ReduceOp::kAvg);
+  EXPECT_NE(ValidateDescriptor(bad, 1 << 16).message().find("not allowed"), std::string::npos);
+  bad = d;
+  bad.kind = static_cast<CollectiveKind>(9);
+  EXPECT_EQ(ValidateDescriptor(bad, 1 << 16).code(), StatusCode::kInvalidArgument);
+  bad = d;
+  bad.kind = CollectiveKind::kAllGather;  // with a reduction
+  EXPECT_EQ(ValidateDescriptor(bad, 1 << 16).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(MatcherTest, ThresholdPicksThePlan) {
+  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 1024, 1024), Algorithm::kOneShot);
+  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 1025, 1024), Algorithm::kTwoShot);
+  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllGather, 1 << 30, 1024), Algorithm::kGather);
+}
+
+}  // namespace
+}  // namespace collectived::ring
