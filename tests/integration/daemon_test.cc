@@ -1,0 +1,476 @@
+// Integration tests: a real collectived, clients as threads (each its own
+// session) or as separate processes.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "collectived/v1/collectived.grpc.pb.h"
+#include "ipc/fd_channel.h"
+#include "tests/integration/daemon_harness.h"
+#include "tests/support/exact_data.h"
+
+namespace collectived {
+namespace {
+
+using testing::Daemon;
+
+// Runs fn(rank) on `n` threads, each with its own client session.
+void RunRanks(uint32_t n, const std::function<void(uint32_t)>& fn) {
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+std::unique_ptr<Communicator> Join(Client& c, const std::string& key, uint32_t world, uint32_t rank,
+                                   ExecutionMode mode = ExecutionMode::kClient, Status* status = nullptr) {
+  CommunicatorOptions o;
+  o.key = key;
+  o.world_size = world;
+  o.rank = rank;
+  o.mode = mode;
+  o.join_timeout_ms = 10000;
+  std::unique_ptr<Communicator> comm;
+  Status s = c.CreateCommunicator(o, &comm);
+  if (status) *status = s;
+  EXPECT_TRUE(status != nullptr || s.ok()) << s.ToString();
+  return comm;
+}
+
+std::unique_ptr<v1::CollectiveService::Stub> RawStub(const Daemon& d) {
+  return v1::CollectiveService::NewStub(
+      grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx() {
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return c;
+}
+
+v1::GetStatsResponse Stats(const Daemon& d) {
+  v1::GetStatsResponse r;
+  auto ctx = Ctx();
+  EXPECT_TRUE(RawStub(d)->GetStats(ctx.get(), v1::GetStatsRequest(), &r).ok());
+  return r;
+}
+
+// One all-reduce of `count` float32 sums on every rank; returns wrong elements.
+uint64_t SumAllReduce(Client& c, Communicator& comm, uint64_t count, uint64_t seed, bool via_rpc = false) {
+  Buffer b;
+  EXPECT_TRUE(c.AllocBuffer(count * 4, &b).ok());
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, comm.rank(), seed, b.data(), count);
+  Handle h;
+  Status s = via_rpc ? comm.SubmitAllReduce(b, b, count, DataType::kFloat32, ReduceOp::kSum, &h)
+                     : comm.AllReduce(b, b, count, DataType::kFloat32, ReduceOp::kSum, &h);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return count;
+  s = h.Wait();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, comm.world_size(), seed, b.data(), count);
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(daemon_.ready()) << daemon_.Log(); }
+  Daemon daemon_{{"--max-message-bytes", "1048576", "--op-timeout-ms", "4000", "--join-timeout-ms", "2000",
+                  "--max-buffer-bytes", "268435456"}};
+};
+
+TEST_F(DaemonTest, VersionAndCapabilities) {
+  auto c = daemon_.Connect();
+  ASSERT_NE(c, nullptr);
+  VersionInfo v;
+  ASSERT_TRUE(c->GetVersion(&v).ok());
+  EXPECT_EQ(v.api_major, kApiMajor);
+  EXPECT_EQ(v.active_backend, "host");
+  EXPECT_EQ(v.max_message_bytes, 1048576u);
+  EXPECT_NE(std::find(v.capabilities.begin(), v.capabilities.end(), "mode.daemon"), v.capabilities.end());
+}
+
+TEST_F(DaemonTest, BothModesEveryCollectiveFromFourClients) {
+  for (ExecutionMode mode : {ExecutionMode::kClient, ExecutionMode::kDaemon}) {
+    const std::string key = std::string("both-") + ExecutionModeName(mode);
+    std::atomic<uint64_t> wrong{0};
+    RunRanks(4, [&](uint32_t r) {
+      auto c = daemon_.Connect();
+      ASSERT_NE(c, nullptr);
+      auto comm = Join(*c, key, 4, r, mode);
+      ASSERT_NE(comm, nullptr);
+      EXPECT_EQ(comm->mode(), mode);
+      // one-shot (small) and two-shot (above 256 KiB), odd sizes.
+      for (uint64_t count : {uint64_t{1}, uint64_t{1001}, uint64_t{100003}}) {
+        for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+          const size_t es = DataTypeSize(dt);
+          Buffer in, out;
+          ASSERT_TRUE(c->AllocBuffer(count * es, &in).ok());
+          ASSERT_TRUE(c->AllocBuffer(4 * count * es, &out).ok());
+          testing::FillInput(dt, ReduceOp::kMax, r, count, in.data(), count);
+          testing::Poison(dt, out.data(), count);
+          Handle h;
+          ASSERT_TRUE(comm->AllReduce(in, out, count, dt, ReduceOp::kMax, &h).ok());
+          ASSERT_TRUE(h.Wait().ok());
+          EXPECT_TRUE(h.Wait().ok());  // a handle may be waited on again
+          wrong += testing::CountWrongAllReduce(dt, ReduceOp::kMax, 4, count, out.data(), count);
+          testing::FillInput(dt, ReduceOp::kUnspecified, r, count + 1, in.data(), count);
+          testing::Poison(dt, out.data(), 4 * count);
+          ASSERT_TRUE(comm->AllGather(in, out, count, dt, &h).ok());
+          ASSERT_TRUE(h.Wait().ok());
+          wrong += testing::CountWrongAllGather(dt, 4, count + 1, out.data(), count);
+        }
+      }
+      EXPECT_TRUE(comm->Destroy().ok());
+    });
+    EXPECT_EQ(wrong.load(), 0u) << ExecutionModeName(mode);
+  }
+}
+
+TEST_F(DaemonTest, SubmitRpcPostsForDaemonExecutedCommunicators) {
+  std::atomic<uint64_t> wrong{0};
+  RunRanks(3, [&](uint32_t r) {
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, "submit", 3, r, ExecutionMode::kDaemon);
+    ASSERT_NE(comm, nullptr);
+    for (int k = 0; k < 20; ++k) wrong += SumAllReduce(*c, *comm, 513 + k, k, /*via_rpc=*/true);
+    // Ring posts and Submit posts share one sequence.
+    wrong += SumAllReduce(*c, *comm, 77, 99, false);
+  });
+  EXPECT_EQ(wrong.load(), 0u);
+}
+
+TEST_F(DaemonTest, SubmitOnClientExecutedCommunicatorIsRefused) {
+  RunRanks(2, [&](uint32_t r) {
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, "submit-client", 2, r);
+    Buffer b;
+    ASSERT_TRUE(c->AllocBuffer(64, &b).ok());
+    Handle h;
+    Status s = comm->SubmitAllReduce(b, b, 4, DataType::kFloat32, ReduceOp::kSum, &h);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("daemon-executed"), std::string::npos) << s.message();
+  });
+}
+
+TEST_F(DaemonTest, LocalBadArgumentsAreRefusedBeforePosting) {
+  auto c = daemon_.Connect();
+  auto other = daemon_.Connect("other");
+  auto comm = Join(*c, "solo", 1, 0);
+  Buffer b, foreign;
+  ASSERT_TRUE(c->AllocBuffer(1024, &b).ok());
+  ASSERT_TRUE(other->AllocBuffer(1024, &foreign).ok());
+  Handle h;
+  EXPECT_EQ(comm->AllReduce(b, b, 0, DataType::kFloat32, ReduceOp::kSum, &h).code(), StatusCode::kInvalidArgument);
+  Status s = comm->AllReduce(b, b, 257, DataType::kFloat32, ReduceOp::kSum, &h);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("exceeds its buffer"), std::string::npos) << s.message();
+  s = comm->AllReduce(b, b, 300000, DataType::kFloat32, ReduceOp::kSum, &h);
+  EXPECT_NE(s.message().find("exceeds the communicator's max"), std::string::npos) << s.message();
+  s = comm->AllReduce(b, b, 4, DataType::kInt32, ReduceOp::kAvg, &h);
+  EXPECT_NE(s.message().find("not allowed on int32"), std::string::npos) << s.message();
+  s = comm->AllReduce(BufferSpan(b, 1020), b, 4, DataType::kFloat32, ReduceOp::kSum, &h);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  s = comm->AllReduce(foreign, b, 4, DataType::kFloat32, ReduceOp::kSum, &h);
+  EXPECT_NE(s.message().find("does not belong to this client"), std::string::npos) << s.message();
+  s = comm->AllReduce(b, b, 4, static_cast<DataType>(99), ReduceOp::kSum, &h);
+  EXPECT_NE(s.message().find("unknown data type"), std::string::npos) << s.message();
+  s = comm->AllGather(b, b, 200, DataType::kFloat32, &h);  // 1 rank: fits; would not with more
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(h.Wait().ok());
+  Buffer freed;
+  ASSERT_TRUE(c->AllocBuffer(64, &freed).ok());
+  Buffer moved = std::move(freed);
+  ASSERT_TRUE(moved.Free().ok());
+  EXPECT_EQ(comm->AllReduce(moved, b, 4, DataType::kFloat32, ReduceOp::kSum, &h).code(),
+            StatusCode::kInvalidArgument);
+  // Nothing was posted by the refused calls: the communicator still works.
+  EXPECT_EQ(SumAllReduce(*c, *comm, 100, 5), 0u);
+}
+
+TEST_F(DaemonTest, MismatchedOpFailsOnEveryRankAndTheCommunicatorGoesOn) {
+  RunRanks(3, [&](uint32_t r) {
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, "mismatch", 3, r);
+    Buffer b;
+    ASSERT_TRUE(c->AllocBuffer(4096, &b).ok());
+    Handle h;
+    if (r == 1) {
+      ASSERT_TRUE(comm->AllGather(b, b, 8, DataType::kFloat32, &h).ok());
+    } else {
+      ASSERT_TRUE(comm->AllReduce(b, b, 8, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+    }
+    Status s = h.Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 1 posted all_gather"), std::string::npos) << s.message();
+    EXPECT_EQ(SumAllReduce(*c, *comm, 1000, 3), 0u);
+  });
+  auto stats = Stats(daemon_);
+  ASSERT_EQ(stats.communicators_size(), 0);  // all destroyed
+}
+
+TEST_F(DaemonTest, JoinErrorsAreSpecific) {
+  auto c = daemon_.Connect();
+  Status s;
+  Join(*c, "j", 2, 2, ExecutionMode::kClient, &s);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  Join(*c, "j", 0, 0, ExecutionMode::kClient, &s);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  Join(*c, "", 1, 0, ExecutionMode::kClient, &s);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  // Rank 0 waits for a peer that never comes: DEADLINE_EXCEEDED naming it.
+  std::thread waiter([&] {
+    auto c0 = daemon_.Connect();
+    Status s0;
+    Join(*c0, "lonely", 3, 0, ExecutionMode::kClient, &s0);
+    EXPECT_EQ(s0.code(), StatusCode::kDeadlineExceeded) << s0.ToString();
+    EXPECT_NE(s0.message().find("missing ranks 2"), std::string::npos) << s0.message();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto c1 = daemon_.Connect();
+  Status s1;
+  std::thread second([&] { Join(*c1, "lonely", 3, 1, ExecutionMode::kClient, &s1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Join(*c, "lonely", 4, 2, ExecutionMode::kClient, &s);  // wrong world size
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("differs"), std::string::npos) << s.message();
+  Join(*c, "lonely", 3, 1, ExecutionMode::kClient, &s);  // rank taken
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  Join(*c, "lonely", 3, 2, ExecutionMode::kDaemon, &s);  // other mode
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  waiter.join();
+  second.join();
+  EXPECT_EQ(s1.code(), StatusCode::kDeadlineExceeded);
+  // The daemon serves on.
+  auto comm = Join(*c, "after", 1, 0);
+  EXPECT_EQ(SumAllReduce(*c, *comm, 10, 1), 0u);
+}
+
+TEST_F(DaemonTest, BufferBudgetAndFreeWhileInUse) {
+  auto c = daemon_.Connect();
+  Buffer b;
+  EXPECT_EQ(c->AllocBuffer(0, &b).code(), StatusCode::kInvalidArgument);
+  Status s = c->AllocBuffer(uint64_t{1} << 40, &b);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("budget"), std::string::npos);
+  // A posted op pins its buffers until it completes.
+  auto c1 = daemon_.Connect();
+  std::unique_ptr<Communicator> comm0, comm1;
+  std::thread t([&] { comm1 = Join(*c1, "pin", 2, 1); });
+  comm0 = Join(*c, "pin", 2, 0);
+  t.join();
+  Buffer x, y;
+  ASSERT_TRUE(c->AllocBuffer(4096, &x).ok());
+  ASSERT_TRUE(c1->AllocBuffer(4096, &y).ok());
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 0, 8, x.data(), 1024);
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 1, 8, y.data(), 1024);
+  Handle h0, h1;
+  ASSERT_TRUE(comm0->AllReduce(x, x, 1024, DataType::kFloat32, ReduceOp::kSum, &h0).ok());
+  s = x.Free();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_TRUE(x.valid());
+  ASSERT_TRUE(comm1->AllReduce(y, y, 1024, DataType::kFloat32, ReduceOp::kSum, &h1).ok());
+  ASSERT_TRUE(h0.Wait().ok());
+  ASSERT_TRUE(h1.Wait().ok());
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 2, 8, x.data(), 1024), 0u);
+  EXPECT_TRUE(x.Free().ok());
+}
+
+TEST_F(DaemonTest, RawRpcBadIdsGetPreciseCodes) {
+  auto stub = RawStub(daemon_);
+  {
+    v1::AttachRequest req;
+    req.set_api_major(2);
+    v1::AttachResponse resp;
+    auto ctx = Ctx();
+    EXPECT_EQ(stub->Attach(ctx.get(), req, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    v1::AllocBufferRequest req;
+    req.set_session_id(424242);
+    req.set_bytes(64);
+    v1::AllocBufferResponse resp;
+    auto ctx = Ctx();
+    EXPECT_EQ(stub->AllocBuffer(ctx.get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  auto c = daemon_.Connect();
+  auto comm = Join(*c, "raw", 1, 0, ExecutionMode::kDaemon);
+  {
+    v1::SubmitRequest req;
+    req.set_session_id(c->session_id());
+    req.set_comm_id(comm->id() + 1000);
+    v1::SubmitResponse resp;
+    auto ctx = Ctx();
+    EXPECT_EQ(stub->Submit(ctx.get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::SubmitRequest req;  // a buffer id that is not this session's
+    req.set_session_id(c->session_id());
+    req.set_comm_id(comm->id());
+    auto* op = req.mutable_op();
+    op->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    op->set_dtype(v1::DATA_TYPE_FLOAT32);
+    op->set_reduce_op(v1::REDUCE_OP_SUM);
+    op->set_count(4);
+    op->set_send_buffer_id(987654);
+    op->set_recv_buffer_id(987654);
+    v1::SubmitResponse resp;
+    auto ctx = Ctx();
+    grpc::Status s = stub->Submit(ctx.get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(s.error_message().find("buffer 987654"), std::string::npos);
+    op->set_dtype(v1::DATA_TYPE_INT32);
+    op->set_reduce_op(v1::REDUCE_OP_AVG);
+    auto ctx2 = Ctx();
+    EXPECT_EQ(stub->Submit(ctx2.get(), req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    req.set_rank(5);
+    auto ctx3 = Ctx();
+    EXPECT_EQ(stub->Submit(ctx3.get(), req, &resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    v1::WaitOpRequest req;
+    req.set_session_id(c->session_id());
+    req.set_comm_id(comm->id());
+    req.set_op_index(77);
+    v1::WaitOpResponse resp;
+    auto ctx = Ctx();
+    EXPECT_EQ(stub->WaitOp(ctx.get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // WaitOp on a real op reports its completion.
+  EXPECT_EQ(SumAllReduce(*c, *comm, 64, 2, true), 0u);
+  {
+    v1::WaitOpRequest req;
+    req.set_session_id(c->session_id());
+    req.set_comm_id(comm->id());
+    req.set_op_index(0);
+    req.set_timeout_ms(1000);
+    v1::WaitOpResponse resp;
+    auto ctx = Ctx();
+    ASSERT_TRUE(stub->WaitOp(ctx.get(), req, &resp).ok());
+    EXPECT_TRUE(resp.done());
+    EXPECT_EQ(resp.status_code(), 0);
+  }
+  // The fd socket refuses a wrong token and an unbound fetch.
+  int sock = -1;
+  ASSERT_TRUE(ipc::ConnectUnix(daemon_.socket() + ".fds", &sock).ok());
+  ipc::FdRequest fetch{ipc::kFdMagic, ipc::FdRequestType::kFetchWindow, c->session_id(), comm->id()};
+  ipc::FdReply reply{};
+  int fd = -1;
+  ASSERT_TRUE(ipc::SendWithFd(sock, &fetch, sizeof(fetch), -1).ok());
+  ASSERT_TRUE(ipc::RecvWithFd(sock, &reply, sizeof(reply), &fd).ok());
+  EXPECT_EQ(reply.code, static_cast<int>(StatusCode::kPermissionDenied));
+  EXPECT_EQ(fd, -1);
+  ipc::FdRequest hello{ipc::kFdMagic, ipc::FdRequestType::kHello, c->session_id(), 12345};
+  ASSERT_TRUE(ipc::SendWithFd(sock, &hello, sizeof(hello), -1).ok());
+  ASSERT_TRUE(ipc::RecvWithFd(sock, &reply, sizeof(reply), &fd).ok());
+  EXPECT_EQ(reply.code, static_cast<int>(StatusCode::kPermissionDenied));
+  close(sock);
+  // All of it left the daemon serving.
+  EXPECT_EQ(SumAllReduce(*c, *comm, 64, 3), 0u);
+}
+
+// A client killed while its peers wait in an op: they get ABORTED (naming the
+// dead client) well before the op deadline, and the daemon reclaims its session.
+TEST_F(DaemonTest, KilledClientAbortsPeersAndIsReclaimed) {
+  for (const char* mode : {"client", "daemon"}) {
+    const std::string key = std::string("kill-") + mode;
+    auto victim = daemon_.SpawnClient(key, 2, 1, {"--mode", mode, "--scenario", "join-and-sleep"});
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, key, 2, 0, std::string(mode) == "daemon" ? ExecutionMode::kDaemon : ExecutionMode::kClient);
+    ASSERT_NE(comm, nullptr);
+    Buffer b;
+    ASSERT_TRUE(c->AllocBuffer(4096, &b).ok());
+    Handle h;
+    ASSERT_TRUE(comm->AllReduce(b, b, 1024, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(h.Test(nullptr));  // waiting for rank 1
+    const auto t0 = std::chrono::steady_clock::now();
+    victim->Kill(SIGKILL);
+    Status s = h.Wait();
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+    EXPECT_NE(s.message().find("disconnected"), std::string::npos) << s.message();
+    EXPECT_LT(waited, std::chrono::milliseconds(2000));  // op timeout is 4000
+    Handle h2;
+    EXPECT_EQ(comm->AllReduce(b, b, 4, DataType::kFloat32, ReduceOp::kSum, &h2).code(), StatusCode::kAborted);
+    comm->Destroy();
+  }
+  auto stats = Stats(daemon_);
+  EXPECT_EQ(stats.sessions(), 0u);  // every session reclaimed, the killed ones included
+  EXPECT_EQ(stats.communicators_size(), 0);
+}
+
+// The acceptance load: 8 client processes x 1000 mixed ops, up to 16 in flight
+// each, every element of every result checked, in each mode.
+TEST_F(DaemonTest, EightProcessesThousandMixedOpsEachMode) {
+  for (const char* mode : {"client", "daemon"}) {
+    const std::string key = std::string("load-") + mode;
+    std::vector<std::unique_ptr<testing::Process>> ranks;
+    for (uint32_t r = 0; r < 8; ++r) {
+      ranks.push_back(daemon_.SpawnClient(key, 8, r, {"--mode", mode, "--ops", "1000", "--seed", "17",
+                                                      "--max-count", "2048", "--window", "16"}));
+    }
+    for (uint32_t r = 0; r < 8; ++r) {
+      EXPECT_EQ(ranks[r]->Wait(240000), 0) << mode << " rank " << r << ": " << ranks[r]->Output();
+      EXPECT_NE(ranks[r]->Output().find("1000 ops, 0 wrong, 0 failed"), std::string::npos) << ranks[r]->Output();
+    }
+  }
+}
+
+TEST(DaemonLifecycleTest, SecondDaemonOnTheSameSocketRefusesToStart) {
+  Daemon first;
+  ASSERT_TRUE(first.ready());
+  testing::Process second({COLLECTIVED_DAEMON_BIN, "--socket", first.socket()}, first.dir() + "/second.log");
+  EXPECT_EQ(second.Wait(5000), 1);
+  EXPECT_NE(second.Output().find("another collectived already serves"), std::string::npos) << second.Output();
+  auto c = first.Connect();
+  ASSERT_NE(c, nullptr);  // the first one still serves
+}
+
+TEST(DaemonLifecycleTest, DrainRefusesNewWorkAndSigtermStops) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  auto stub = RawStub(d);
+  auto ctx = Ctx();
+  v1::DrainResponse dr;
+  ASSERT_TRUE(stub->Drain(ctx.get(), v1::DrainRequest(), &dr).ok());
+  std::unique_ptr<Client> c;
+  Status s = Client::Connect({.socket_path = d.socket()}, &c);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  d.process().Kill(SIGTERM);
+  EXPECT_EQ(d.process().Wait(5000), 0);
+  EXPECT_FALSE(std::filesystem::exists(d.socket()));
+}
+
+TEST(DaemonLifecycleTest, BadFlagsAreRefused) {
+  testing::TempDir dir;
+  for (std::vector<std::string> flags : {std::vector<std::string>{"--ring-depth", "6"},
+                                         std::vector<std::string>{"--backend", "cuda"},
+                                         std::vector<std::string>{"--max-message-bytes", "12"}}) {
+    std::vector<std::string> argv = {COLLECTIVED_DAEMON_BIN, "--socket", dir.path() + "/x.sock"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    testing::Process p(argv, dir.path() + "/bad.log");
+    EXPECT_EQ(p.Wait(5000), 2) << flags[0] << ": " << p.Output();
+  }
+}
+
+TEST(DaemonLifecycleTest, ConfigFileAndEnvironmentFollowPrecedence) {
+  testing::TempDir dir;
+  {
+    std::ofstream f(dir.path() + "/c.toml");
+    f << "max-message-bytes = 4096\nop-timeout-ms = 1234\nring-depth = 16\n";
+  }
+  setenv("COLLECTIVED_OP_TIMEOUT_MS", "2222", 1);
+  testing::Process p({COLLECTIVED_DAEMON_BIN, "--config", dir.path() + "/c.toml", "--ring-depth", "32",
+                      "--socket", dir.path() + "/s.sock", "--dump-config"},
+                     dir.path() + "/dump.log");
+  unsetenv("COLLECTIVED_OP_TIMEOUT_MS");
+  ASSERT_EQ(p.Wait(5000), 0) << p.Output();
+  const std::string out = p.Output();
+  EXPECT_NE(out.find("max-message-bytes=4096"), std::string::npos) << out;  // file over default
+  EXPECT_NE(out.find("op-timeout-ms=2222"), std::string::npos) << out;      // env over file
+  EXPECT_NE(out.find("ring-depth=32"), std::string::npos) << out;           // flag over file
+}
+
+}  // namespace
+}  // namespace collectived

@@ -1,0 +1,169 @@
+// A client process for the integration tests and the quickstart's checks.
+//
+//   collectived_test_client --socket S --key K --world N --rank R
+//       [--mode client|daemon] [--scenario mixed|join-and-sleep]
+//       [--ops N] [--seed X] [--max-count C] [--window W] [--via-rpc 0|1]
+//
+// mixed: N seeded random ops (all-reduce every dtype x op, all-gather), odd
+//   sizes, in place and out of place, up to W in flight, each result checked
+//   exactly when it completes. Prints "rank R: N ops, W wrong, F failed".
+// join-and-sleep: joins, prints "joined", then sleeps (to be killed).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "collectived/client.h"
+#include "tests/support/exact_data.h"
+
+using namespace collectived;
+
+namespace {
+
+std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+struct Op {
+  bool gather;
+  DataType dtype;
+  ReduceOp op;
+  uint64_t count;
+  bool in_place;
+  int slot;
+  Handle handle;
+  uint64_t seed;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string socket = Arg(argc, argv, "--socket", "");
+  const std::string key = Arg(argc, argv, "--key", "test");
+  const uint32_t world = std::stoul(Arg(argc, argv, "--world", "1"));
+  const uint32_t rank = std::stoul(Arg(argc, argv, "--rank", "0"));
+  const std::string mode = Arg(argc, argv, "--mode", "client");
+  const std::string scenario = Arg(argc, argv, "--scenario", "mixed");
+  const int ops = std::stoi(Arg(argc, argv, "--ops", "100"));
+  const uint64_t seed = std::stoull(Arg(argc, argv, "--seed", "1"));
+  const uint64_t max_count = std::stoull(Arg(argc, argv, "--max-count", "4096"));
+  const int window = std::stoi(Arg(argc, argv, "--window", "16"));
+  const bool via_rpc = Arg(argc, argv, "--via-rpc", "0") == "1";
+
+  std::unique_ptr<Client> client;
+  Status s = Client::Connect({.socket_path = socket, .client_name = "test rank " + std::to_string(rank)}, &client);
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %u: connect: %s\n", rank, s.ToString().c_str());
+    return 2;
+  }
+  CommunicatorOptions copts;
+  copts.key = key;
+  copts.world_size = world;
+  copts.rank = rank;
+  copts.mode = mode == "daemon" ? ExecutionMode::kDaemon : ExecutionMode::kClient;
+  std::unique_ptr<Communicator> comm;
+  s = client->CreateCommunicator(copts, &comm);
+  if (!s.ok()) {
+    std::fprintf(stderr, "rank %u: create communicator: %s\n", rank, s.ToString().c_str());
+    return 2;
+  }
+  if (scenario == "join-and-sleep") {
+    std::printf("joined\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+
+  // One send and one receive buffer per in-flight slot.
+  std::vector<Buffer> send(window), recv(window);
+  for (int i = 0; i < window; ++i) {
+    if (!client->AllocBuffer(max_count * 8, &send[i]).ok() ||
+        !client->AllocBuffer(max_count * 8 * world, &recv[i]).ok()) {
+      std::fprintf(stderr, "rank %u: alloc failed\n", rank);
+      return 2;
+    }
+  }
+  static const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                                    DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
+  static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+  std::mt19937_64 rng(seed);  // same seed on every rank: same op sequence
+  uint64_t wrong = 0, failed = 0;
+  std::deque<Op> inflight;
+  auto finish = [&](Op& op) {
+    Status st = op.handle.Wait();
+    if (!st.ok()) {
+      ++failed;
+      if (failed < 5) std::fprintf(stderr, "rank %u: op failed: %s\n", rank, st.ToString().c_str());
+      return;
+    }
+    const void* out = op.in_place && !op.gather ? send[op.slot].data() : recv[op.slot].data();
+    const uint64_t w = op.gather ? testing::CountWrongAllGather(op.dtype, world, op.seed, out, op.count)
+                                 : testing::CountWrongAllReduce(op.dtype, op.op, world, op.seed, out, op.count);
+    if (w != 0 && wrong == 0) {
+      std::fprintf(stderr, "rank %u: %llu wrong in %s %s %s count=%llu%s\n", rank, (unsigned long long)w,
+                   op.gather ? "all_gather" : "all_reduce", DataTypeName(op.dtype), ReduceOpName(op.op),
+                   (unsigned long long)op.count, op.in_place ? " in place" : "");
+    }
+    wrong += w;
+  };
+  for (int k = 0; k < ops; ++k) {
+    Op op{};
+    op.gather = rng() % 4 == 0;
+    op.dtype = kTypes[rng() % 7];
+    do {
+      op.op = kOps[rng() % 5];
+    } while (!IsValidReduction(op.dtype, op.op));
+    if (op.gather) op.op = ReduceOp::kUnspecified;
+    op.count = 1 + rng() % max_count;
+    op.in_place = rng() % 2 == 0;
+    op.slot = k % window;
+    op.seed = seed * 1000003 + k;
+    if (static_cast<int>(inflight.size()) == window) {  // the slot's previous op must be done
+      finish(inflight.front());
+      inflight.pop_front();
+    }
+    const size_t es = DataTypeSize(op.dtype);
+    Buffer& sb = send[op.slot];
+    Buffer& rb = recv[op.slot];
+    Status ps;
+    if (op.gather) {
+      testing::Poison(op.dtype, rb.data(), op.count * world);
+      if (op.in_place) {
+        testing::FillInput(op.dtype, op.op, rank, op.seed, rb.as<uint8_t>() + rank * op.count * es, op.count);
+        ps = via_rpc ? comm->SubmitAllGather(BufferSpan(rb, rank * op.count * es), rb, op.count, op.dtype, &op.handle)
+                     : comm->AllGather(BufferSpan(rb, rank * op.count * es), rb, op.count, op.dtype, &op.handle);
+      } else {
+        testing::FillInput(op.dtype, op.op, rank, op.seed, sb.data(), op.count);
+        ps = via_rpc ? comm->SubmitAllGather(sb, rb, op.count, op.dtype, &op.handle)
+                     : comm->AllGather(sb, rb, op.count, op.dtype, &op.handle);
+      }
+    } else {
+      testing::FillInput(op.dtype, op.op, rank, op.seed, sb.data(), op.count);
+      if (!op.in_place) testing::Poison(op.dtype, rb.data(), op.count);
+      Buffer& out = op.in_place ? sb : rb;
+      ps = via_rpc ? comm->SubmitAllReduce(sb, out, op.count, op.dtype, op.op, &op.handle)
+                   : comm->AllReduce(sb, out, op.count, op.dtype, op.op, &op.handle);
+    }
+    if (!ps.ok()) {
+      std::fprintf(stderr, "rank %u: post failed: %s\n", rank, ps.ToString().c_str());
+      ++failed;
+      continue;
+    }
+    inflight.push_back(std::move(op));
+  }
+  while (!inflight.empty()) {
+    finish(inflight.front());
+    inflight.pop_front();
+  }
+  s = comm->Destroy();
+  std::printf("rank %u: %d ops, %llu wrong, %llu failed%s\n", rank, ops, (unsigned long long)wrong,
+              (unsigned long long)failed, s.ok() ? "" : (", destroy: " + s.ToString()).c_str());
+  return wrong == 0 && failed == 0 && s.ok() ? 0 : 1;
+}
