@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -43,14 +44,17 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
     std::printf("{\"sessions\":%llu,\"buffers\":%llu,\"buffer_bytes\":%llu,\"draining\":%s,\"communicators\":[",
                 (unsigned long long)r.sessions(), (unsigned long long)r.buffers(),
                 (unsigned long long)r.buffer_bytes(), r.draining() ? "true" : "false");
-    for (int i = 0; i < r.communicators_size(); ++i) {
-      const auto& c = r.communicators(i);
+    std::vector<const v1::CommunicatorStats*> all;
+    for (const auto& c : r.communicators()) all.push_back(&c);
+    for (const auto& c : r.recently_closed()) all.push_back(&c);
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto& c = *all[i];
       std::printf("%s{\"id\":%llu,\"key\":\"%s\",\"world_size\":%u,\"mode\":\"%s\",\"posted\":%llu,\"matched\":%llu,"
-                  "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"abort_reason\":\"%s\"}",
+                  "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\"}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
                   ModeName(c.mode()), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
-                  JsonEscape(c.abort_reason()).c_str());
+                  c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str());
     }
     std::printf("]}\n");
     return;
@@ -60,12 +64,15 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
               r.draining() ? ", DRAINING" : "");
   std::printf("%-6s %-24s %5s %-7s %10s %10s %10s %8s  %s\n", "id", "key", "ranks", "mode", "posted", "matched",
               "completed", "failed", "state");
-  for (const auto& c : r.communicators()) {
+  auto row = [](const v1::CommunicatorStats& c) {
+    const std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
     std::printf("%-6llu %-24s %5u %-7s %10llu %10llu %10llu %8llu  %s\n", (unsigned long long)c.comm_id(),
                 c.key().c_str(), c.world_size(), ModeName(c.mode()), (unsigned long long)c.posted(),
                 (unsigned long long)c.matched(), (unsigned long long)c.completed(), (unsigned long long)c.failed(),
-                c.aborted() ? ("aborted: " + c.abort_reason()).c_str() : "ok");
-  }
+                state.c_str());
+  };
+  for (const auto& c : r.communicators()) row(c);
+  for (const auto& c : r.recently_closed()) row(c);
 }
 
 }  // namespace

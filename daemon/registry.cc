@@ -378,7 +378,15 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     if (ex) after->push_back(StopLater(std::move(ex), comm.window, comm.resolver));
   }
   if (!comm.formed) comm_by_key_.erase(comm.key);
-  spdlog::info("communicator {} '{}' closed", comm.id, comm.key);
+  if (comm.formed) {
+    v1::CommunicatorStats closed;
+    FillCommStats(comm, &closed);
+    closed.set_closed(true);
+    spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed(),
+                 closed.failed());
+    recently_closed_.push_back(std::move(closed));
+    if (recently_closed_.size() > 16) recently_closed_.pop_front();
+  }
   auto node = comms_.extract(comm.id);  // `comm` dies with `node` below
   auto holder = std::make_shared<std::unique_ptr<Comm>>(std::move(node.mapped()));
   after->push_back([holder] { holder->reset(); });
@@ -526,6 +534,30 @@ void Registry::Housekeeping() {
   for (uint64_t id : unbound) CleanupSession(id, "never opened its fd connection");
 }
 
+void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
+  cs->set_comm_id(c.id);
+  cs->set_key(c.key);
+  cs->set_world_size(c.world_size);
+  cs->set_mode(static_cast<v1::ExecutionMode>(c.mode));
+  const ring::CommHeader& h = c.seg.header();
+  uint64_t posted = 0;
+  for (uint32_t r = 0; r < c.world_size; ++r) {
+    auto* rs = cs->add_ranks();
+    rs->set_rank(r);
+    rs->set_session_id(c.members[r]);
+    const uint64_t p = c.seg.control(r).next_index.value.load(std::memory_order_acquire);
+    rs->set_posted(p);
+    rs->set_completed(c.seg.control(r).completed.value.load(std::memory_order_acquire));
+    posted = std::max(posted, p);
+  }
+  cs->set_posted(posted);
+  cs->set_matched(h.ops_matched.load());
+  cs->set_completed(h.ops_completed.load());
+  cs->set_failed(h.ops_failed.load());
+  cs->set_aborted(c.seg.aborted());
+  if (c.seg.aborted()) cs->set_abort_reason(c.seg.AbortStatus().message());
+}
+
 void Registry::FillStats(v1::GetStatsResponse* out) {
   std::lock_guard<std::mutex> lock(mu_);
   out->set_sessions(sessions_.size());
@@ -534,30 +566,8 @@ void Registry::FillStats(v1::GetStatsResponse* out) {
   out->set_buffers(nbuf);
   out->set_buffer_bytes(buffer_bytes_);
   out->set_draining(draining_.load());
-  for (auto& [id, c] : comms_) {
-    auto* cs = out->add_communicators();
-    cs->set_comm_id(id);
-    cs->set_key(c->key);
-    cs->set_world_size(c->world_size);
-    cs->set_mode(static_cast<v1::ExecutionMode>(c->mode));
-    const ring::CommHeader& h = c->seg.header();
-    uint64_t posted = 0;
-    for (uint32_t r = 0; r < c->world_size; ++r) {
-      auto* rs = cs->add_ranks();
-      rs->set_rank(r);
-      rs->set_session_id(c->members[r]);
-      const uint64_t p = c->seg.control(r).next_index.value.load(std::memory_order_acquire);
-      rs->set_posted(p);
-      rs->set_completed(c->seg.control(r).completed.value.load(std::memory_order_acquire));
-      posted = std::max(posted, p);
-    }
-    cs->set_posted(posted);
-    cs->set_matched(h.ops_matched.load());
-    cs->set_completed(h.ops_completed.load());
-    cs->set_failed(h.ops_failed.load());
-    cs->set_aborted(c->seg.aborted());
-    if (c->seg.aborted()) cs->set_abort_reason(c->seg.AbortStatus().message());
-  }
+  for (auto& [id, c] : comms_) FillCommStats(*c, out->add_communicators());
+  for (const auto& closed : recently_closed_) *out->add_recently_closed() = closed;
 }
 
 }  // namespace collectived::daemon

@@ -5,6 +5,7 @@
 #define COLLECTIVED_DAEMON_REGISTRY_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -97,6 +98,7 @@ class Registry {
   Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
   void CleanupSession(uint64_t session_id, const std::string& why);
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);
+  static void FillCommStats(const Comm& comm, v1::CommunicatorStats* out);
 
   const DaemonConfig config_;
   std::atomic<bool> draining_{false};
@@ -106,6 +108,7 @@ class Registry {
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
   std::map<uint64_t, std::unique_ptr<Comm>> comms_;
   std::map<std::string, uint64_t> comm_by_key_;
+  std::deque<v1::CommunicatorStats> recently_closed_;
 };
 
 }  // namespace collectived::daemon

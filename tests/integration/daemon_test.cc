@@ -207,6 +207,15 @@ TEST_F(DaemonTest, MismatchedOpFailsOnEveryRankAndTheCommunicatorGoesOn) {
   });
   auto stats = Stats(daemon_);
   ASSERT_EQ(stats.communicators_size(), 0);  // all destroyed
+  ASSERT_EQ(stats.recently_closed_size(), 1);
+  const auto& c = stats.recently_closed(0);
+  EXPECT_EQ(c.key(), "mismatch");
+  EXPECT_TRUE(c.closed());
+  EXPECT_EQ(c.posted(), 2u);
+  EXPECT_EQ(c.matched(), 1u);
+  EXPECT_EQ(c.completed(), 1u);
+  EXPECT_EQ(c.failed(), 1u);
+  for (const auto& r : c.ranks()) EXPECT_EQ(r.completed(), 2u);
 }
 
 TEST_F(DaemonTest, JoinErrorsAreSpecific) {
@@ -470,6 +479,11 @@ TEST(DaemonLifecycleTest, ConfigFileAndEnvironmentFollowPrecedence) {
   EXPECT_NE(out.find("max-message-bytes=4096"), std::string::npos) << out;  // file over default
   EXPECT_NE(out.find("op-timeout-ms=2222"), std::string::npos) << out;      // env over file
   EXPECT_NE(out.find("ring-depth=32"), std::string::npos) << out;           // flag over file
+  // The config file we ship parses.
+  testing::Process shipped({COLLECTIVED_DAEMON_BIN, "--config", COLLECTIVED_SOURCE_DIR "/deploy/collectived.toml",
+                            "--dump-config"},
+                           dir.path() + "/shipped.log");
+  EXPECT_EQ(shipped.Wait(5000), 0) << shipped.Output();
 }
 
 }  // namespace

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Starts a private collectived and runs collectived-host-bench under mpirun
+# with N client processes (default 8); prints the tables.
+#   bench/run_host_bench.sh [N] [extra bench args...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${COLLECTIVED_BUILD_DIR:-$root/build}/bin
+n=${1:-8}; shift || true
+work=$(mktemp -d /tmp/collectived-bench-XXXXXX)
+"$bin/collectived" --socket "$work/c.sock" --log-level warn > "$work/daemon.log" 2>&1 &
+daemon=$!
+trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do [ -S "$work/c.sock.fds" ] && break; sleep 0.05; done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun -np "$n" --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader,tcp \
+  --mca mpi_yield_when_idle 1 "$bin/collectived-host-bench" --socket "$work/c.sock" "$@"
