@@ -10,6 +10,7 @@
 // Throughput: a window of 32 one-element all-reduces in flight per rank,
 // ops completed per second, from 1 client and from every client.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +40,12 @@ std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
 void Die(const char* what, const Status& s) {
   std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
   MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+long MinorFaults() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 double Median(std::vector<double> v) {
@@ -133,7 +140,9 @@ int main(int argc, char** argv) {
     auto comm = Join(*client, "bench-lat-" + tag + ExecutionModeName(mode), size, rank, mode);
     std::vector<double> times;
     uint64_t wrong = 0;
+    long faults_at_warmup = 0;
     for (int it = 0; it < warmup + iters; ++it) {
+      if (it == warmup) faults_at_warmup = MinorFaults();
       if (it == warmup) {  // check one result exactly
         testing::Poison(DataType::kFloat32, recv.data(), count);
       }
@@ -151,10 +160,11 @@ int main(int argc, char** argv) {
     uint64_t total_wrong = 0;
     MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     const double med = MedianOfMax(times);
+    const double faults = static_cast<double>(MinorFaults() - faults_at_warmup) / iters;
     if (rank == 0) {
-      std::printf("%-34s %12.1f %12llu\n",
+      std::printf("%-34s %12.1f %12llu   (rank 0: %.1f page faults per op)\n",
                   (std::string("collectived ") + ExecutionModeName(mode) + "-executed").c_str(), med,
-                  (unsigned long long)total_wrong);
+                  (unsigned long long)total_wrong, faults);
     }
     comm->Destroy();
   }
