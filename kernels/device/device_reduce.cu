@@ -3,53 +3,16 @@
 #include <type_traits>
 
 #include "kernels/device/gpu_check.h"
+#include "kernels/device/reduce_ops.cuh"
 
 namespace collectived::device {
 namespace {
 
-template <typename T>
-struct Elem {
-  using Acc = T;
-  __device__ static Acc Load(T v) { return v; }
-  __device__ static T Store(Acc v) { return v; }
-};
-template <>
-struct Elem<gpu_half> {
-  using Acc = float;
-  __device__ static Acc Load(gpu_half v) { return gpuHalfToFloat(v); }
-  __device__ static gpu_half Store(Acc v) { return gpuFloatToHalf(v); }
-};
-template <>
-struct Elem<gpu_bfloat16> {
-  using Acc = float;
-  __device__ static Acc Load(gpu_bfloat16 v) { return gpuBFloat16ToFloat(v); }
-  __device__ static gpu_bfloat16 Store(Acc v) { return gpuFloatToBFloat16(v); }
-};
-
-template <typename A, ReduceOp kOp>
-__device__ A Combine(A a, A b) {
-  if constexpr (std::is_integral_v<A>) {
-    using U = std::make_unsigned_t<A>;  // wrap instead of signed overflow
-    if constexpr (kOp == ReduceOp::kSum) return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
-    if constexpr (kOp == ReduceOp::kProd) return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) return a + b;
-    if constexpr (kOp == ReduceOp::kProd) return a * b;
-  }
-  if constexpr (kOp == ReduceOp::kMin) return b < a ? b : a;
-  return a < b ? b : a;
-}
-
 template <typename T, ReduceOp kOp>
 __global__ void ReduceKernel(T* __restrict__ out, const void* const* __restrict__ in, uint32_t n, uint64_t count) {
-  using E = Elem<T>;
-  using A = typename E::Acc;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count; j += stride) {
-    A acc = E::Load(static_cast<const T*>(in[0])[j]);
-    for (uint32_t k = 1; k < n; ++k) acc = Combine<A, kOp>(acc, E::Load(static_cast<const T*>(in[k])[j]));
-    if constexpr (kOp == ReduceOp::kAvg) acc = acc / static_cast<A>(n);
-    out[j] = E::Store(acc);
+    out[j] = ReduceOne<T, kOp>(in, n, j);
   }
 }
 

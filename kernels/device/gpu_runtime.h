@@ -32,6 +32,32 @@ using gpu_bfloat16 = __hip_bfloat16;
 #define gpuFloatToHalf __float2half_rn
 #define gpuBFloat16ToFloat __bfloat162float
 #define gpuFloatToBFloat16 __float2bfloat16
+#define gpuMemset hipMemset
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuStreamNonBlocking hipStreamNonBlocking
+#define gpuStreamCreateWithFlags hipStreamCreateWithFlags
+#define gpuEvent_t hipEvent_t
+#define gpuEventCreate hipEventCreate
+#define gpuEventDestroy hipEventDestroy
+#define gpuEventRecord hipEventRecord
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventElapsedTime hipEventElapsedTime
+#define gpuStreamWaitEvent hipStreamWaitEvent
+#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define gpuHostAlloc hipHostMalloc
+#define gpuFreeHost hipHostFree
+#define gpuGraph_t hipGraph_t
+#define gpuGraphExec_t hipGraphExec_t
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamEndCapture hipStreamEndCapture
+#define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define gpuGraphInstantiate(exec, graph) hipGraphInstantiate(exec, graph, nullptr, nullptr, 0)
+#define gpuGraphLaunch hipGraphLaunch
+#define gpuGraphExecDestroy hipGraphExecDestroy
+#define gpuGraphDestroy hipGraphDestroy
+#define gpuDeviceSynchronize hipDeviceSynchronize
+#define gpuFuncAttributes hipFuncAttributes
+#define gpuFuncGetAttributes hipFuncGetAttributes
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -60,6 +86,32 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuFloatToHalf __float2half_rn
 #define gpuBFloat16ToFloat __bfloat162float
 #define gpuFloatToBFloat16 __float2bfloat16_rn
+#define gpuMemset cudaMemset
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuStreamNonBlocking cudaStreamNonBlocking
+#define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuEvent_t cudaEvent_t
+#define gpuEventCreate cudaEventCreate
+#define gpuEventDestroy cudaEventDestroy
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventElapsedTime cudaEventElapsedTime
+#define gpuStreamWaitEvent cudaStreamWaitEvent
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuHostAlloc cudaHostAlloc
+#define gpuFreeHost cudaFreeHost
+#define gpuGraph_t cudaGraph_t
+#define gpuGraphExec_t cudaGraphExec_t
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define gpuGraphInstantiate(exec, graph) cudaGraphInstantiate(exec, graph, 0)
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuDeviceSynchronize cudaDeviceSynchronize
+#define gpuFuncAttributes cudaFuncAttributes
+#define gpuFuncGetAttributes cudaFuncGetAttributes
 #endif
 
 #endif  // COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_

@@ -1,0 +1,359 @@
+#include "kernels/device/device_collectives.h"
+
+#include <string>
+
+#include "kernels/device/gpu_check.h"
+#include "kernels/device/reduce_ops.cuh"
+
+namespace collectived::device {
+namespace {
+
+constexpr uint32_t kThreads = 512;
+constexpr int kUnroll = 4;  // packs per thread per step: more loads in flight
+
+// ---- system-scope flags, timer ------------------------------------------------
+
+__device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
+__device__ __forceinline__ uint64_t LoadAcquire(const uint64_t* p) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+__device__ __forceinline__ uint64_t NowNs() {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  return __builtin_amdgcn_s_memrealtime() * 10;  // 100 MHz constant clock
+#else
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+
+__device__ void RecordError(const DeviceRankArgs& a, int32_t code) {
+  atomicCAS(a.error_word, 0, code);
+  if (code == kDeviceDeadline) {
+    __threadfence_system();
+    StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator
+  }
+}
+
+// Spins until *word >= target; false (error recorded) on abort or deadline.
+__device__ bool SpinAtLeast(const DeviceRankArgs& a, const uint64_t* word, uint64_t target) {
+  const uint64_t deadline = NowNs() + a.timeout_ns;
+  uint32_t spins = 0;
+  while (LoadAcquire(word) < target) {
+    if ((++spins & 255) == 0) {
+      if (LoadAcquire(a.abort_word) != 0) {
+        RecordError(a, kDeviceAborted);
+        return false;
+      }
+      if (NowNs() > deadline) {
+        RecordError(a, kDeviceDeadline);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Same-index blocks of every rank meet: thread t < world publishes (t == rank)
+// or waits for rank t's flag of this block and phase. Before it, every write of
+// this block is ordered (bar.sync, then a system fence by the publisher).
+__device__ bool Barrier(const DeviceRankArgs& a, uint32_t phase, uint64_t gen) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if (threadIdx.x < a.world) {
+    uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
+    if (threadIdx.x == a.rank) {
+      __threadfence_system();
+      StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
+    } else if (!SpinAtLeast(a, row + threadIdx.x * kMaxBlocks + blockIdx.x, gen)) {
+      failed = 1;
+    }
+  }
+  __syncthreads();
+  return failed == 0;
+}
+
+struct Range {
+  uint64_t begin, end;  // elements
+};
+
+// ---- kernels ---------------------------------------------------------------------
+
+__global__ void PostKernel(uint64_t* counter, uint64_t* op_index) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *op_index = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
+    __threadfence_system();
+  }
+}
+
+__global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    __threadfence_system();
+    StoreRelease(done, *op_index + 1);
+  }
+}
+
+__global__ void WaitKernel(const uint64_t* op_index, const uint64_t* done, uint64_t* abort_word, int32_t* error_word,
+                           uint64_t timeout_ns) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    DeviceRankArgs a;
+    a.abort_word = abort_word;
+    a.error_word = error_word;
+    a.timeout_ns = timeout_ns;
+    SpinAtLeast(a, done, *op_index + 1);
+  }
+}
+
+__global__ void DelayKernel(uint64_t ns) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    const uint64_t end = NowNs() + ns;
+    while (NowNs() < end) {
+    }
+  }
+}
+
+// Reduces elements [r.begin, r.end) over every input; writes the result to
+// the outputs [first_out, last_out]. Packs when `vec` (all pointers 16-byte
+// aligned and r.begin a multiple of the pack), scalars otherwise.
+template <typename T, ReduceOp kOp>
+__device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
+  constexpr uint64_t kN = Pack<T>::kElems;
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t scalar_begin = r.begin;
+  if (vec && r.end > r.begin) {
+    const uint64_t p0 = r.begin / kN, p1 = r.end / kN;
+    for (uint64_t p = p0 + tid; p < p1; p += nthreads * kUnroll) {
+      Pack<T> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t q = p + u * nthreads;
+        if (q < p1) v[u] = ReducePack<T, kOp>(a.inputs, a.world, q);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t q = p + u * nthreads;
+        if (q < p1) {
+          for (uint32_t k = first_out; k <= last_out; ++k) StorePack<T>(a.outputs[k], q, v[u]);
+        }
+      }
+    }
+    scalar_begin = p1 * kN > r.begin ? p1 * kN : r.begin;
+  }
+  for (uint64_t j = scalar_begin + tid; j < r.end; j += nthreads) {
+    const T v = ReduceOne<T, kOp>(a.inputs, a.world, j);
+    for (uint32_t k = first_out; k <= last_out; ++k) static_cast<T*>(a.outputs[k])[j] = v;
+  }
+}
+
+template <typename T, ReduceOp kOp>
+__global__ void __launch_bounds__(kThreads) OneShotKernel(DeviceRankArgs a, bool vec) {
+  const uint64_t gen = *a.op_index + 1;
+  if (!Barrier(a, 0, gen)) return;
+  ReduceRange<T, kOp>(a, Range{0, a.count}, a.rank, a.rank, vec);
+  Barrier(a, 1, gen);
+}
+
+template <typename T, ReduceOp kOp>
+__global__ void __launch_bounds__(kThreads) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
+  const uint64_t gen = *a.op_index + 1;
+  if (!Barrier(a, 0, gen)) return;
+  // Chunks are whole packs, so every rank's range starts aligned.
+  constexpr uint64_t kN = Pack<T>::kElems;
+  const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;
+  const uint64_t begin = min(a.count, chunk * a.rank);
+  const uint64_t end = min(a.count, begin + chunk);
+  ReduceRange<T, kOp>(a, Range{begin, end}, 0, a.world - 1, vec);
+  Barrier(a, 1, gen);
+}
+
+template <typename T, ReduceOp kOp>
+__global__ void __launch_bounds__(kThreads) FusedKernel(DeviceRankArgs a, bool vec) {
+  ReduceRange<T, kOp>(a, Range{0, a.count}, 0, a.world - 1, vec);
+}
+
+// Element-size copy type for all-gather (a pure copy).
+template <int kSize>
+struct CopyType;
+template <>
+struct CopyType<2> { using T = uint16_t; };
+template <>
+struct CopyType<4> { using T = uint32_t; };
+template <>
+struct CopyType<8> { using T = uint64_t; };
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
+  const uint64_t gen = *a.op_index + 1;
+  if (!Barrier(a, 0, gen)) return;
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const T* in = static_cast<const T*>(a.inputs[a.rank]);
+  const uint64_t offset = a.rank * a.count;  // elements into every output
+  uint64_t scalar_begin = 0;
+  if (vec) {
+    constexpr uint64_t kN = 16 / sizeof(T);
+    const uint64_t packs = a.count / kN;
+    for (uint64_t p = tid; p < packs; p += nthreads) {
+      const uint4 v = reinterpret_cast<const uint4*>(in)[p];
+      for (uint32_t k = 0; k < a.world; ++k) reinterpret_cast<uint4*>(static_cast<T*>(a.outputs[k]) + offset)[p] = v;
+    }
+    scalar_begin = packs * kN;
+  }
+  for (uint64_t j = scalar_begin + tid; j < a.count; j += nthreads) {
+    const T v = in[j];
+    for (uint32_t k = 0; k < a.world; ++k) static_cast<T*>(a.outputs[k])[offset + j] = v;
+  }
+  Barrier(a, 1, gen);
+}
+
+// ---- host side -------------------------------------------------------------------
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+Status CheckArgs(const DeviceRankArgs& a, uint32_t blocks, bool barriers) {
+  if (a.world == 0 || a.world > kMaxDeviceRanks) {
+    return Status::InvalidArgument("world " + std::to_string(a.world) + " outside [1, " +
+                                   std::to_string(kMaxDeviceRanks) + "]");
+  }
+  if (a.rank >= a.world) return Status::InvalidArgument("rank outside world");
+  if (blocks == 0 || blocks > kMaxBlocks) {
+    return Status::InvalidArgument("blocks " + std::to_string(blocks) + " outside [1, " + std::to_string(kMaxBlocks) +
+                                   "]");
+  }
+  if (a.count == 0) return Status::InvalidArgument("count must be positive");
+  for (uint32_t k = 0; k < a.world; ++k) {
+    if (a.inputs[k] == nullptr || a.outputs[k] == nullptr) return Status::InvalidArgument("null buffer");
+  }
+  if (barriers && (a.flags == nullptr || a.op_index == nullptr || a.abort_word == nullptr ||
+                   a.error_word == nullptr || a.timeout_ns == 0)) {
+    return Status::InvalidArgument("flags, op index, abort/error words and a timeout are required");
+  }
+  return Status::Ok();
+}
+
+bool AllAligned(const DeviceRankArgs& a) {
+  for (uint32_t k = 0; k < a.world; ++k) {
+    if (!Aligned16(a.inputs[k]) || !Aligned16(a.outputs[k])) return false;
+  }
+  return true;
+}
+
+template <typename K>
+Status Preload(K kernel) {
+  gpuFuncAttributes attr;
+  COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status PreloadKernels() {
+  COLLECTIVED_RETURN_IF_ERROR(Preload(PostKernel));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(CompleteKernel));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(WaitKernel));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(DelayKernel));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint16_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint32_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint64_t>));
+  for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                      DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+      if (!IsValidReduction(dt, op)) continue;
+      COLLECTIVED_RETURN_IF_ERROR(DispatchReduction(dt, op, []<typename T, ReduceOp kOp>() -> Status {
+        COLLECTIVED_RETURN_IF_ERROR(Preload(OneShotKernel<T, kOp>));
+        COLLECTIVED_RETURN_IF_ERROR(Preload(TwoShotPushKernel<T, kOp>));
+        return Preload(FusedKernel<T, kOp>);
+      }));
+    }
+  }
+  return Status::Ok();
+}
+
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream) {
+  PostKernel<<<1, 32, 0, stream>>>(counter, op_index);
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchDelay(uint64_t ns, gpuStream_t stream) {
+  DelayKernel<<<1, 32, 0, stream>>>(ns);
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream) {
+  CompleteKernel<<<1, 32, 0, stream>>>(op_index, done_word);
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
+                  uint64_t timeout_ns, gpuStream_t stream) {
+  if (timeout_ns == 0) return Status::InvalidArgument("a wait needs a timeout");
+  WaitKernel<<<1, 32, 0, stream>>>(op_index, done_word, abort_word, error_word, timeout_ns);
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
+                       gpuStream_t stream) {
+  if (!IsValidReduction(dtype, op)) {
+    return Status::InvalidArgument(std::string("reduction ") + ReduceOpName(op) + " is not allowed on " +
+                                   DataTypeName(dtype));
+  }
+  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, true));
+  const bool vec = AllAligned(args);
+  DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
+    if (algo == DeviceAlgorithm::kOneShot) {
+      OneShotKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
+    } else {
+      TwoShotPushKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
+    }
+  });
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& args, uint32_t blocks,
+                            gpuStream_t stream) {
+  if (!IsValidReduction(dtype, op)) return Status::InvalidArgument("reduction not allowed on this type");
+  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, false));
+  const bool vec = AllAligned(args);
+  DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
+    FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
+  });
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, true));
+  const size_t es = DataTypeSize(dtype);
+  if (es == 0) return Status::InvalidArgument("unknown data type");
+  const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
+  switch (es) {
+    case 2: AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+    case 4: AllGatherPushKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+    default: AllGatherPushKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+  }
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+}  // namespace collectived::device

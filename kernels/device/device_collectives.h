@@ -1,0 +1,88 @@
+// GPU collectives for ranks that can address each other's buffers (one GPU
+// shared by several ranks, or peers over NVLink): device-side op indices,
+// generation barriers, and the data kernels. Host-callable launchers; every
+// launch goes on the caller's stream and captures into CUDA graphs (no value
+// chosen on the host is a generation).
+//
+// Per op and rank, on one stream:
+//   LaunchPost      index = atomicAdd(counter, 1) on the device; writes it to
+//                   the rank's index word (graph replay takes a new index).
+//   LaunchAllReduce / LaunchAllGather
+//                   gen = index + 1; start barrier (every rank's same-index
+//                   block published gen); data; end barrier. No rank returns
+//                   while a peer may still read its input or write its output.
+//   LaunchComplete  done = gen, published with system-scope release, after
+//                   the whole kernel (stream order): completion covers all.
+//   LaunchWait      (any stream) spins until done >= gen, with a deadline.
+// Barrier flags are 64-bit words [phase][rank][block] written with
+// st.release.sys and polled with ld.acquire.sys; every spin reads
+// %globaltimer and the abort word and gives up with an error code.
+#ifndef COLLECTIVED_KERNELS_DEVICE_DEVICE_COLLECTIVES_H_
+#define COLLECTIVED_KERNELS_DEVICE_DEVICE_COLLECTIVES_H_
+
+#include <cstdint>
+
+#include "collectived/status.h"
+#include "collectived/types.h"
+#include "kernels/device/gpu_runtime.h"
+
+namespace collectived::device {
+
+constexpr uint32_t kMaxDeviceRanks = 16;
+constexpr uint32_t kMaxBlocks = 128;
+constexpr uint32_t kBarrierPhases = 2;  // start, end
+// Words of barrier flags a communicator needs.
+constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxDeviceRanks * kMaxBlocks;
+
+// Error codes left in the error word (first one wins).
+enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2 };
+
+enum class DeviceAlgorithm : uint32_t {
+  kOneShot = 1,      // every rank reads every input, writes its own output
+  kTwoShotPush = 2,  // rank r reduces chunk r of every input, writes it to every output
+};
+
+// What one rank's kernel needs. Plain data, passed by value to the kernel.
+struct DeviceRankArgs {
+  uint32_t rank = 0;
+  uint32_t world = 0;
+  uint64_t count = 0;  // elements of each rank's input
+  const void* inputs[kMaxDeviceRanks] = {};
+  void* outputs[kMaxDeviceRanks] = {};
+  uint64_t* flags = nullptr;          // kFlagWords words, zeroed once, shared by the ranks
+  const uint64_t* op_index = nullptr; // this rank's index word (LaunchPost writes it)
+  uint64_t* abort_word = nullptr;     // nonzero: every spin gives up
+  int32_t* error_word = nullptr;      // first DeviceError of this communicator
+  uint64_t timeout_ns = 0;            // per spin
+};
+
+// Loads every kernel of this file now. With lazy module loading (the CUDA
+// default) the first launch of a kernel loads it, and that can block the host
+// until running kernels finish: a rank spinning in a barrier for a peer that
+// the blocked host has not launched yet never finishes (seen on the H200:
+// the first op of a process hit its deadline). Call once per device before
+// the first collective.
+Status PreloadKernels();
+
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream);
+Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
+                       gpuStream_t stream);
+// outputs[k][rank * count + j] = inputs[rank][j] for every k (push).
+Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream);
+Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream);
+// Spins on `stream` until *done_word >= *op_index + 1, the abort word, or the deadline.
+Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
+                  uint64_t timeout_ns, gpuStream_t stream);
+
+// Fused all-reduce for ranks that share one device and one launcher (the
+// daemon): a single kernel reads each input once and writes each output once.
+// A kernel that only waits `ns` on the device: the race windows of tests and
+// debug hooks (a delayed rank, a delayed epilogue).
+Status LaunchDelay(uint64_t ns, gpuStream_t stream);
+
+Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& args, uint32_t blocks,
+                            gpuStream_t stream);
+
+}  // namespace collectived::device
+
+#endif  // COLLECTIVED_KERNELS_DEVICE_DEVICE_COLLECTIVES_H_

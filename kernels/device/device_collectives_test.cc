@@ -1,0 +1,353 @@
+// GPU tests of the device collectives with n virtual ranks on one GPU (label
+// gpu; skipped without a GPU): every dtype x op x algorithm, in and out of
+// place, all-gather, deadlines and aborts, graph replay with changing sizes
+// and values, a delayed rank, and cross-stream waits after a delayed epilogue.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "kernels/device/device_collectives.h"
+#include "kernels/device/gpu_check.h"
+#include "tests/support/exact_data.h"
+#include "tests/support/virtual_ranks.h"
+
+namespace collectived::device {
+namespace {
+
+using testing::VirtualRanks;
+
+bool HaveGpu() {
+  int n = 0;
+  return gpuGetDeviceCount(&n) == gpuSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no GPU on this machine"
+
+uint32_t BlocksFor(uint32_t world) {
+  int dev = 0, sms = 0;
+  gpuGetDevice(&dev);
+  gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev);
+  // Every rank's kernel must be resident at once: share the SMs.
+  return std::max<uint32_t>(1, std::min<uint32_t>(kMaxBlocks, sms / world));
+}
+
+constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                               DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+
+TEST(DeviceCollectivesTest, LaunchersRefuseBadArguments) {
+  DeviceRankArgs a;
+  a.world = 2;
+  a.rank = 2;
+  a.count = 4;
+  EXPECT_EQ(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, a, 4, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  a.rank = 0;  // null buffers and flags
+  EXPECT_EQ(LaunchAllGather(DataType::kFloat32, a, 4, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchAllReduce(DataType::kInt32, ReduceOp::kAvg, DeviceAlgorithm::kOneShot, a, 4, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchWait(nullptr, nullptr, nullptr, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
+  REQUIRE_GPU();
+  for (uint32_t n : {2u, 3u, 8u}) {
+    const uint64_t max_count = 100003;
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, max_count * 8, max_count * 8).ok());
+    std::vector<uint8_t> host(max_count * 8);
+    uint64_t seed = 100;
+    for (DataType dt : kTypes) {
+      const size_t es = DataTypeSize(dt);
+      for (ReduceOp op : kOps) {
+        if (!IsValidReduction(dt, op)) continue;
+        for (DeviceAlgorithm algo : {DeviceAlgorithm::kOneShot, DeviceAlgorithm::kTwoShotPush}) {
+          for (uint64_t count : {uint64_t{7}, max_count}) {
+            for (bool in_place : {false, true}) {
+              ++seed;
+              for (uint32_t r = 0; r < n; ++r) {
+                testing::FillInput(dt, op, r, seed, host.data(), count);
+                ASSERT_EQ(gpuMemcpy(in_place ? vr.out(r) : vr.in(r), host.data(), count * es, gpuMemcpyHostToDevice),
+                          gpuSuccess);
+                if (!in_place) {
+                  testing::Poison(dt, host.data(), count);
+                  ASSERT_EQ(gpuMemcpy(vr.out(r), host.data(), count * es, gpuMemcpyHostToDevice), gpuSuccess);
+                }
+              }
+              ASSERT_TRUE(vr.AllReduce(dt, op, algo, count, in_place, BlocksFor(n)).ok());
+              ASSERT_TRUE(vr.Sync().ok());
+              ASSERT_EQ(vr.Error(), kDeviceOk);
+              for (uint32_t r = 0; r < n; ++r) {
+                ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * es, gpuMemcpyDeviceToHost), gpuSuccess);
+                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, host.data(), count), 0u)
+                    << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op)
+                    << (algo == DeviceAlgorithm::kOneShot ? " one-shot" : " two-shot") << " count=" << count
+                    << (in_place ? " in place" : "") << " rank " << r;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
+  REQUIRE_GPU();
+  for (uint32_t n : {2u, 3u, 8u}) {
+    const uint64_t max_count = 65539;
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, max_count * 8, n * max_count * 8).ok());
+    std::vector<uint8_t> host(n * max_count * 8);
+    uint64_t seed = 7;
+    for (DataType dt : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
+      const size_t es = DataTypeSize(dt);
+      for (uint64_t count : {uint64_t{5}, uint64_t{65536}, max_count}) {
+        for (bool in_place : {false, true}) {
+          ++seed;
+          for (uint32_t r = 0; r < n; ++r) {
+            testing::Poison(dt, host.data(), n * count);
+            ASSERT_EQ(gpuMemcpy(vr.out(r), host.data(), n * count * es, gpuMemcpyHostToDevice), gpuSuccess);
+            testing::FillInput(dt, ReduceOp::kUnspecified, r, seed, host.data(), count);
+            void* dst = in_place ? static_cast<uint8_t*>(vr.out(r)) + r * count * es : vr.in(r);
+            ASSERT_EQ(gpuMemcpy(dst, host.data(), count * es, gpuMemcpyHostToDevice), gpuSuccess);
+          }
+          ASSERT_TRUE(vr.AllGather(dt, count, in_place, BlocksFor(n)).ok());
+          ASSERT_TRUE(vr.Sync().ok());
+          ASSERT_EQ(vr.Error(), kDeviceOk);
+          for (uint32_t r = 0; r < n; ++r) {
+            ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), n * count * es, gpuMemcpyDeviceToHost), gpuSuccess);
+            EXPECT_EQ(testing::CountWrongAllGather(dt, n, seed, host.data(), count), 0u)
+                << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DeviceCollectivesTest, FusedAllReduceServesEveryRankInOneLaunch) {
+  REQUIRE_GPU();
+  const uint32_t n = 8;
+  const uint64_t count = 1 << 20;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
+  std::vector<uint8_t> host(count * 4);
+  for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
+    for (uint32_t r = 0; r < n; ++r) {
+      testing::FillInput(dt, ReduceOp::kSum, r, 3, host.data(), count);
+      ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * DataTypeSize(dt), gpuMemcpyHostToDevice), gpuSuccess);
+    }
+    ASSERT_TRUE(LaunchFusedAllReduce(dt, ReduceOp::kSum, vr.Args(0, count, false), kMaxBlocks, vr.stream(0)).ok());
+    ASSERT_TRUE(vr.Sync().ok());
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * DataTypeSize(dt), gpuMemcpyDeviceToHost), gpuSuccess);
+      EXPECT_EQ(testing::CountWrongAllReduce(dt, ReduceOp::kSum, n, 3, host.data(), count), 0u) << DataTypeName(dt);
+    }
+  }
+}
+
+TEST(DeviceCollectivesTest, MissingRankEndsInDeadlineNotHang) {
+  REQUIRE_GPU();
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(2, 4096, 4096, /*timeout_ns=*/50'000'000).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  // Only rank 0 launches; rank 1 never arrives.
+  ASSERT_TRUE(LaunchPost(vr.counter(0), vr.op_index(0), vr.stream(0)).ok());
+  ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, vr.Args(0, 64, false), 4,
+                              vr.stream(0)).ok());
+  ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(vr.Error(), kDeviceDeadline);
+  EXPECT_EQ(vr.Word(vr.abort_word()), 1u);  // peers are released too
+}
+
+TEST(DeviceCollectivesTest, AbortWordReleasesASpinningRank) {
+  REQUIRE_GPU();
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(2, 4096, 4096, /*timeout_ns=*/20'000'000'000).ok());
+  ASSERT_TRUE(LaunchPost(vr.counter(0), vr.op_index(0), vr.stream(0)).ok());
+  ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, vr.Args(0, 64, false),
+                              4, vr.stream(0)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gpuStream_t side;
+  ASSERT_EQ(gpuStreamCreateWithFlags(&side, gpuStreamNonBlocking), gpuSuccess);
+  static const uint64_t one = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(gpuMemcpyAsync(vr.abort_word(), &one, 8, gpuMemcpyHostToDevice, side), gpuSuccess);  // what a watchdog does
+  ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(vr.Error(), kDeviceAborted);
+  gpuStreamDestroy(side);
+}
+
+// Seed bug 3 (mori, aiter #3928): captured graphs of several sizes on one
+// communicator, replayed many times with new values each time, interleaved
+// with eager ops. The generation comes from the device counter, so no replay
+// can accept an older replay's flags; every result is checked.
+TEST(DeviceCollectivesTest, GraphReplayWithChangingSizesAndValues) {
+  REQUIRE_GPU();
+  const uint32_t n = 4;
+  const uint64_t sizes[] = {128u << 20, 32u << 20, 128u << 20, 1u << 20, 16u << 10, 16u << 20, 64u << 20};
+  const uint64_t max_count = (128u << 20) / 4;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, max_count * 4, max_count * 4).ok());
+  const uint32_t blocks = BlocksFor(n);
+  std::vector<float> host(max_count), expect(max_count);
+  auto fill = [&](uint64_t count, uint64_t seed) {  // fast exact inputs: (r + 1) * ((j + seed) % 7 + 1)
+    for (uint32_t r = 0; r < n; ++r) {
+      for (uint64_t j = 0; j < count; ++j) host[j] = static_cast<float>((r + 1) * ((j + seed) % 7 + 1));
+      ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
+      ASSERT_EQ(gpuMemset(vr.out(r), 0xff, count * 4), gpuSuccess);  // NaN poison
+    }
+    for (uint64_t j = 0; j < count; ++j) expect[j] = static_cast<float>(n * (n + 1) / 2 * ((j + seed) % 7 + 1));
+  };
+  auto check = [&](uint64_t count, const char* what) {
+    ASSERT_EQ(vr.Error(), kDeviceOk) << what;
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
+      uint64_t wrong = 0;
+      for (uint64_t j = 0; j < count; ++j) wrong += host[j] != expect[j];
+      ASSERT_EQ(wrong, 0u) << what << " count=" << count << " rank " << r;
+    }
+  };
+  // Capture one graph per (size, rank): post + all-reduce + complete.
+  std::vector<std::vector<gpuGraphExec_t>> execs(std::size(sizes), std::vector<gpuGraphExec_t>(n));
+  for (size_t s = 0; s < std::size(sizes); ++s) {
+    const uint64_t count = sizes[s] / 4;
+    const DeviceAlgorithm algo = sizes[s] <= (256u << 10) ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
+    for (uint32_t r = 0; r < n; ++r) {
+      gpuGraph_t graph;
+      ASSERT_EQ(gpuStreamBeginCapture(vr.stream(r), gpuStreamCaptureModeThreadLocal), gpuSuccess);
+      ASSERT_TRUE(LaunchPost(vr.counter(r), vr.op_index(r), vr.stream(r)).ok());
+      ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, algo, vr.Args(r, count, false), blocks,
+                                  vr.stream(r)).ok());
+      ASSERT_TRUE(LaunchComplete(vr.op_index(r), vr.done(r), vr.stream(r)).ok());
+      ASSERT_EQ(gpuStreamEndCapture(vr.stream(r), &graph), gpuSuccess);
+      ASSERT_EQ(gpuGraphInstantiate(&execs[s][r], graph), gpuSuccess);
+      gpuGraphDestroy(graph);
+    }
+  }
+  uint64_t ops = 0, seed = 0;
+  for (size_t s = 0; s < std::size(sizes); ++s) {
+    const uint64_t count = sizes[s] / 4;
+    for (int rep = 0; rep < 5; ++rep) {
+      fill(count, ++seed);
+      for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(execs[s][r], vr.stream(r)), gpuSuccess);
+      ASSERT_TRUE(vr.Sync().ok());
+      ++ops;
+      check(count, "graph replay");
+    }
+    // An eager op of another size between the replays, on the same streams.
+    const uint64_t eager = 1000 + 37 * s;
+    fill(eager, ++seed);
+    ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, eager, false, blocks).ok());
+    ASSERT_TRUE(vr.Sync().ok());
+    ++ops;
+    check(eager, "eager between replays");
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    EXPECT_EQ(vr.Word(vr.counter(r)), ops);  // exactly one device index per replay and per eager op
+    EXPECT_EQ(vr.Word(vr.done(r)), ops);
+  }
+  for (auto& per_size : execs) {
+    for (auto e : per_size) gpuGraphExecDestroy(e);
+  }
+}
+
+TEST(DeviceCollectivesTest, DelayedRankStillGivesExactResults) {
+  REQUIRE_GPU();
+  const uint32_t n = 4;
+  const uint64_t count = 1 << 20;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
+  std::vector<uint8_t> host(count * 4);
+  for (int trial = 0; trial < 3; ++trial) {
+    for (uint32_t r = 0; r < n; ++r) {
+      testing::FillInput(DataType::kFloat32, ReduceOp::kSum, r, trial, host.data(), count);
+      ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
+      ASSERT_EQ(gpuMemset(vr.out(r), 0xff, count * 4), gpuSuccess);
+    }
+    // Rank `trial` starts 20 ms late: its peers wait in the start barrier.
+    ASSERT_TRUE(LaunchDelay(20'000'000, vr.stream(trial)).ok());
+    ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, false,
+                             BlocksFor(n)).ok());
+    ASSERT_TRUE(vr.Sync().ok());
+    ASSERT_EQ(vr.Error(), kDeviceOk);
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
+      EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, trial, host.data(), count), 0u);
+    }
+  }
+}
+
+// Seed bug 1 (DeepEP): completion must cover the epilogue. Rank 0's op ends
+// with a delayed copy-out; readers on two other streams wait on the handle
+// (event after post, then the wait kernel) and must see the copied-out data.
+// A negative control that waits only for the post reads before the copy-out:
+// it must see stale data, or the race window was never open.
+TEST(DeviceCollectivesTest, CrossStreamWaitsCoverADelayedEpilogue) {
+  REQUIRE_GPU();
+  const uint32_t n = 2;
+  const uint64_t count = 1 << 16;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
+  float* copy_out = nullptr;  // the epilogue's destination
+  float* seen[3] = {};        // what each reader saw
+  ASSERT_EQ(gpuMalloc(reinterpret_cast<void**>(&copy_out), count * 4), gpuSuccess);
+  for (auto& p : seen) ASSERT_EQ(gpuMalloc(reinterpret_cast<void**>(&p), count * 4), gpuSuccess);
+  std::vector<float> host(count);
+  for (uint32_t r = 0; r < n; ++r) {
+    testing::FillInput(DataType::kFloat32, ReduceOp::kSum, r, 9, host.data(), count);
+    ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
+  }
+  ASSERT_EQ(gpuMemset(copy_out, 0xff, count * 4), gpuSuccess);
+  gpuStream_t readers[3];
+  gpuEvent_t posted;
+  for (auto& s : readers) ASSERT_EQ(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking), gpuSuccess);
+  ASSERT_EQ(gpuEventCreate(&posted), gpuSuccess);
+  const uint32_t blocks = BlocksFor(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(LaunchPost(vr.counter(r), vr.op_index(r), vr.stream(r)).ok());
+    if (r == 0) {
+      ASSERT_EQ(gpuEventRecord(posted, vr.stream(0)), gpuSuccess);
+    }
+    ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, vr.Args(r, count, false),
+                                blocks, vr.stream(r)).ok());
+    if (r == 0) {  // the epilogue: 200 ms late, then the copy-out
+      ASSERT_TRUE(LaunchDelay(200'000'000, vr.stream(0)).ok());
+      ASSERT_EQ(gpuMemcpyAsync(copy_out, vr.out(0), count * 4, gpuMemcpyDeviceToDevice, vr.stream(0)), gpuSuccess);
+    }
+    ASSERT_TRUE(LaunchComplete(vr.op_index(r), vr.done(r), vr.stream(r)).ok());
+  }
+  // Readers 0 and 1 wait on the handle; reader 2 is the negative control.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(gpuStreamWaitEvent(readers[i], posted, 0), gpuSuccess);
+    if (i < 2) {
+      ASSERT_TRUE(LaunchWait(vr.op_index(0), vr.done(0), vr.abort_word(), vr.error_word(), 2'000'000'000, readers[i])
+                      .ok());
+    }
+    ASSERT_EQ(gpuMemcpyAsync(seen[i], copy_out, count * 4, gpuMemcpyDeviceToDevice, readers[i]), gpuSuccess);
+  }
+  for (auto s : readers) ASSERT_EQ(gpuStreamSynchronize(s), gpuSuccess);
+  ASSERT_TRUE(vr.Sync().ok());
+  ASSERT_EQ(vr.Error(), kDeviceOk);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(gpuMemcpy(host.data(), seen[i], count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
+    const uint64_t wrong = testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 9, host.data(), count);
+    if (i < 2) {
+      EXPECT_EQ(wrong, 0u) << "reader " << i << " waited on the handle";
+    } else {
+      EXPECT_GT(wrong, 0u) << "negative control read after the epilogue: the race window never opened";
+    }
+  }
+  for (auto s : readers) gpuStreamDestroy(s);
+  gpuEventDestroy(posted);
+  gpuFree(copy_out);
+  for (auto p : seen) gpuFree(p);
+}
+
+}  // namespace
+}  // namespace collectived::device

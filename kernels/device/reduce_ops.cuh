@@ -1,0 +1,139 @@
+// Element arithmetic shared by every device kernel: accumulator types and
+// conversions (16-bit floats accumulate in float, round-to-nearest-even once),
+// wrapping integer sum/prod, and 16-byte packs for vectorised loads/stores.
+// Same contract as kernels/host/reduce.h, so host and device give equal bits.
+#ifndef COLLECTIVED_KERNELS_DEVICE_REDUCE_OPS_CUH_
+#define COLLECTIVED_KERNELS_DEVICE_REDUCE_OPS_CUH_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "collectived/types.h"
+#include "kernels/device/gpu_runtime.h"
+
+namespace collectived::device {
+
+template <typename T>
+struct Elem {
+  using Acc = T;
+  __device__ static Acc Load(T v) { return v; }
+  __device__ static T Store(Acc v) { return v; }
+};
+template <>
+struct Elem<gpu_half> {
+  using Acc = float;
+  __device__ static Acc Load(gpu_half v) { return gpuHalfToFloat(v); }
+  __device__ static gpu_half Store(Acc v) { return gpuFloatToHalf(v); }
+};
+template <>
+struct Elem<gpu_bfloat16> {
+  using Acc = float;
+  __device__ static Acc Load(gpu_bfloat16 v) { return gpuBFloat16ToFloat(v); }
+  __device__ static gpu_bfloat16 Store(Acc v) { return gpuFloatToBFloat16(v); }
+};
+
+template <typename A, ReduceOp kOp>
+__device__ __forceinline__ A Combine(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;  // wrap instead of signed overflow
+    if constexpr (kOp == ReduceOp::kSum) return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+    if constexpr (kOp == ReduceOp::kProd) return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) return a + b;
+    if constexpr (kOp == ReduceOp::kProd) return a * b;
+  }
+  if constexpr (kOp == ReduceOp::kMin) return b < a ? b : a;
+  return a < b ? b : a;
+}
+
+// Reduces element j over `n` inputs in rank order.
+template <typename T, ReduceOp kOp>
+__device__ __forceinline__ T ReduceOne(const void* const* in, uint32_t n, uint64_t j) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  A acc = E::Load(static_cast<const T*>(in[0])[j]);
+  for (uint32_t k = 1; k < n; ++k) acc = Combine<A, kOp>(acc, E::Load(static_cast<const T*>(in[k])[j]));
+  if constexpr (kOp == ReduceOp::kAvg) acc = acc / static_cast<A>(n);
+  return E::Store(acc);
+}
+
+// 16 bytes of T.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kElems = 16 / sizeof(T);
+  T v[kElems];
+};
+
+template <typename T>
+__device__ __forceinline__ Pack<T> LoadPack(const void* base, uint64_t p) {
+  uint4 raw = static_cast<const uint4*>(base)[p];
+  Pack<T> out;
+  static_assert(sizeof(out) == sizeof(raw));
+  __builtin_memcpy(&out, &raw, sizeof(raw));
+  return out;
+}
+
+template <typename T>
+__device__ __forceinline__ void StorePack(void* base, uint64_t p, const Pack<T>& v) {
+  uint4 raw;
+  __builtin_memcpy(&raw, &v, sizeof(raw));
+  static_cast<uint4*>(base)[p] = raw;
+}
+
+// Reduces pack p over `n` inputs in rank order.
+template <typename T, ReduceOp kOp>
+__device__ __forceinline__ Pack<T> ReducePack(const void* const* in, uint32_t n, uint64_t p) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  constexpr int kN = Pack<T>::kElems;
+  A acc[kN];
+  Pack<T> x = LoadPack<T>(in[0], p);
+#pragma unroll
+  for (int i = 0; i < kN; ++i) acc[i] = E::Load(x.v[i]);
+  for (uint32_t k = 1; k < n; ++k) {
+    x = LoadPack<T>(in[k], p);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc[i] = Combine<A, kOp>(acc[i], E::Load(x.v[i]));
+  }
+  Pack<T> out;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    if constexpr (kOp == ReduceOp::kAvg) acc[i] = acc[i] / static_cast<A>(n);
+    out.v[i] = E::Store(acc[i]);
+  }
+  return out;
+}
+
+// Calls f.template operator()<T, kOp>() for a runtime (dtype, op).
+// REQUIRES: IsValidReduction(dtype, op).
+template <typename F>
+auto DispatchReduction(DataType dtype, ReduceOp op, F&& f) {
+  auto by_op = [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case ReduceOp::kSum: return f.template operator()<T, ReduceOp::kSum>();
+      case ReduceOp::kProd: return f.template operator()<T, ReduceOp::kProd>();
+      case ReduceOp::kMin: return f.template operator()<T, ReduceOp::kMin>();
+      case ReduceOp::kMax: return f.template operator()<T, ReduceOp::kMax>();
+      default:
+        if constexpr (std::is_integral_v<T>) {
+          return f.template operator()<T, ReduceOp::kSum>();  // unreachable: avg on integers is refused
+        } else {
+          return f.template operator()<T, ReduceOp::kAvg>();
+        }
+    }
+  };
+  switch (dtype) {
+    case DataType::kFloat64: return by_op(double{});
+    case DataType::kFloat16: return by_op(gpu_half{});
+    case DataType::kBFloat16: return by_op(gpu_bfloat16{});
+    case DataType::kInt32: return by_op(int32_t{});
+    case DataType::kInt64: return by_op(int64_t{});
+    case DataType::kUint32: return by_op(uint32_t{});
+    default: return by_op(float{});
+  }
+}
+
+}  // namespace collectived::device
+
+#endif  // COLLECTIVED_KERNELS_DEVICE_REDUCE_OPS_CUH_

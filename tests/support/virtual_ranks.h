@@ -1,0 +1,119 @@
+// n ranks on one GPU inside one process, each with its own stream, sharing a
+// communicator's flags: the in-process baseline for the GPU kernels (tests
+// and collective-bench). No daemon involved.
+#ifndef COLLECTIVED_TESTS_SUPPORT_VIRTUAL_RANKS_H_
+#define COLLECTIVED_TESTS_SUPPORT_VIRTUAL_RANKS_H_
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/device/device_collectives.h"
+#include "kernels/device/gpu_check.h"
+
+namespace collectived::testing {
+
+class VirtualRanks {
+ public:
+  // Per-rank device buffers of `in_bytes` (input) and `out_bytes` (output).
+  Status Init(uint32_t world, uint64_t in_bytes, uint64_t out_bytes, uint64_t timeout_ns = 2'000'000'000) {
+    world_ = world;
+    timeout_ns_ = timeout_ns;
+    COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
+    COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), (device::kFlagWords + 8 * 64) * 8));
+    COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, (device::kFlagWords + 8 * 64) * 8));
+    streams_.resize(world);
+    in_.resize(world);
+    out_.resize(world);
+    for (uint32_t r = 0; r < world; ++r) {
+      COLLECTIVED_GPU_CHECK(gpuStreamCreate(&streams_[r]));
+      COLLECTIVED_GPU_CHECK(gpuMalloc(&in_[r], in_bytes));
+      COLLECTIVED_GPU_CHECK(gpuMalloc(&out_[r], out_bytes));
+    }
+    return Status::Ok();
+  }
+  ~VirtualRanks() {
+    for (auto s : streams_) gpuStreamDestroy(s);
+    for (auto p : in_) gpuFree(p);
+    for (auto p : out_) gpuFree(p);
+    if (words_) gpuFree(words_);
+  }
+
+  uint32_t world() const { return world_; }
+  gpuStream_t stream(uint32_t r) const { return streams_[r]; }
+  void* in(uint32_t r) const { return in_[r]; }
+  void* out(uint32_t r) const { return out_[r]; }
+  // Device words: flags, then per rank: counter, op index, done; abort; error.
+  uint64_t* flags() const { return words_; }
+  uint64_t* counter(uint32_t r) const { return words_ + device::kFlagWords + r * 8; }
+  uint64_t* op_index(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 1; }
+  uint64_t* done(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 2; }
+  uint64_t* abort_word() const { return words_ + device::kFlagWords + 8 * 60; }
+  int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + device::kFlagWords + 8 * 61); }
+
+  device::DeviceRankArgs Args(uint32_t rank, uint64_t count, bool in_place) const {
+    device::DeviceRankArgs a;
+    a.rank = rank;
+    a.world = world_;
+    a.count = count;
+    for (uint32_t k = 0; k < world_; ++k) {
+      a.inputs[k] = in_place ? out_[k] : in_[k];
+      a.outputs[k] = out_[k];
+    }
+    a.flags = flags();
+    a.op_index = op_index(rank);
+    a.abort_word = abort_word();
+    a.error_word = error_word();
+    a.timeout_ns = timeout_ns_;
+    return a;
+  }
+
+  // Enqueues post, all-reduce, complete for every rank on its own stream.
+  Status AllReduce(DataType dt, ReduceOp op, device::DeviceAlgorithm algo, uint64_t count, bool in_place,
+                   uint32_t blocks) {
+    for (uint32_t r = 0; r < world_; ++r) {
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
+      COLLECTIVED_RETURN_IF_ERROR(
+          device::LaunchAllReduce(dt, op, algo, Args(r, count, in_place), blocks, streams_[r]));
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+    }
+    return Status::Ok();
+  }
+  // In place: rank r's input is its output's r-th chunk.
+  Status AllGather(DataType dt, uint64_t count, bool in_place, uint32_t blocks) {
+    for (uint32_t r = 0; r < world_; ++r) {
+      device::DeviceRankArgs a = Args(r, count, false);
+      for (uint32_t k = 0; k < world_; ++k) {
+        a.inputs[k] = in_place ? static_cast<uint8_t*>(out_[k]) + k * count * DataTypeSize(dt) : in_[k];
+      }
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllGather(dt, a, blocks, streams_[r]));
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+    }
+    return Status::Ok();
+  }
+  Status Sync() {
+    for (auto s : streams_) COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(s));
+    return Status::Ok();
+  }
+  int32_t Error() const {
+    int32_t e = 0;
+    gpuMemcpy(&e, error_word(), sizeof(e), gpuMemcpyDeviceToHost);
+    return e;
+  }
+  uint64_t Word(const uint64_t* p) const {
+    uint64_t v = 0;
+    gpuMemcpy(&v, p, sizeof(v), gpuMemcpyDeviceToHost);
+    return v;
+  }
+
+ private:
+  uint32_t world_ = 0;
+  uint64_t timeout_ns_ = 0;
+  uint64_t* words_ = nullptr;
+  std::vector<gpuStream_t> streams_;
+  std::vector<void*> in_, out_;
+};
+
+}  // namespace collectived::testing
+
+#endif  // COLLECTIVED_TESTS_SUPPORT_VIRTUAL_RANKS_H_
