@@ -102,29 +102,10 @@ class Runner {
   }
 
   uint64_t Wrong(uint64_t count, bool in_place) {
-    const size_t es = DataTypeSize(o_.dtype);
-    const uint32_t n = vr_->world();
-    const uint64_t out_count = o_.gather ? n * count : count;
-    std::vector<uint8_t> host(out_count * es);
-    const ReduceOp op = o_.gather ? ReduceOp::kUnspecified : o_.op;
-    for (uint32_t r = 0; r < n; ++r) {
-      testing::Poison(o_.dtype, host.data(), out_count);
-      Check(Gpu(gpuMemcpy(vr_->out(r), host.data(), out_count * es, gpuMemcpyHostToDevice)), "memcpy");
-      testing::FillInput(o_.dtype, op, r, 77, host.data(), count);
-      void* dst = vr_->in(r);
-      if (in_place) dst = o_.gather ? static_cast<uint8_t*>(vr_->out(r)) + r * count * es : vr_->out(r);
-      Check(Gpu(gpuMemcpy(dst, host.data(), count * es, gpuMemcpyHostToDevice)), "memcpy");
-    }
+    Check(vr_->Prepare(o_.dtype, o_.op, o_.gather, 77, count, in_place), "prepare");
     Enqueue(count, in_place);
     Check(vr_->Sync(), "sync");
-    if (vr_->Error() != 0) return out_count * n;
-    uint64_t wrong = 0;
-    for (uint32_t r = 0; r < n; ++r) {
-      Check(Gpu(gpuMemcpy(host.data(), vr_->out(r), out_count * es, gpuMemcpyDeviceToHost)), "memcpy");
-      wrong += o_.gather ? testing::CountWrongAllGather(o_.dtype, n, 77, host.data(), count)
-                         : testing::CountWrongAllReduce(o_.dtype, o_.op, n, 77, host.data(), count);
-    }
-    return wrong;
+    return vr_->Wrong(o_.dtype, o_.op, o_.gather, 77, count);
   }
 
   // Seconds per op: iters ops back to back (or one graph of iters ops per rank).

@@ -57,35 +57,22 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
     const uint64_t max_count = 100003;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 8, max_count * 8).ok());
-    std::vector<uint8_t> host(max_count * 8);
     uint64_t seed = 100;
     for (DataType dt : kTypes) {
-      const size_t es = DataTypeSize(dt);
       for (ReduceOp op : kOps) {
         if (!IsValidReduction(dt, op)) continue;
         for (DeviceAlgorithm algo : {DeviceAlgorithm::kOneShot, DeviceAlgorithm::kTwoShotPush}) {
           for (uint64_t count : {uint64_t{7}, max_count}) {
             for (bool in_place : {false, true}) {
               ++seed;
-              for (uint32_t r = 0; r < n; ++r) {
-                testing::FillInput(dt, op, r, seed, host.data(), count);
-                ASSERT_EQ(gpuMemcpy(in_place ? vr.out(r) : vr.in(r), host.data(), count * es, gpuMemcpyHostToDevice),
-                          gpuSuccess);
-                if (!in_place) {
-                  testing::Poison(dt, host.data(), count);
-                  ASSERT_EQ(gpuMemcpy(vr.out(r), host.data(), count * es, gpuMemcpyHostToDevice), gpuSuccess);
-                }
-              }
+              ASSERT_TRUE(vr.Prepare(dt, op, false, seed, count, in_place).ok());
               ASSERT_TRUE(vr.AllReduce(dt, op, algo, count, in_place, BlocksFor(n)).ok());
               ASSERT_TRUE(vr.Sync().ok());
               ASSERT_EQ(vr.Error(), kDeviceOk);
-              for (uint32_t r = 0; r < n; ++r) {
-                ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * es, gpuMemcpyDeviceToHost), gpuSuccess);
-                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, host.data(), count), 0u)
-                    << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op)
-                    << (algo == DeviceAlgorithm::kOneShot ? " one-shot" : " two-shot") << " count=" << count
-                    << (in_place ? " in place" : "") << " rank " << r;
-              }
+              EXPECT_EQ(vr.Wrong(dt, op, false, seed, count), 0u)
+                  << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op)
+                  << (algo == DeviceAlgorithm::kOneShot ? " one-shot" : " two-shot") << " count=" << count
+                  << (in_place ? " in place" : "");
             }
           }
         }
@@ -100,28 +87,17 @@ TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
     const uint64_t max_count = 65539;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 8, n * max_count * 8).ok());
-    std::vector<uint8_t> host(n * max_count * 8);
     uint64_t seed = 7;
     for (DataType dt : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
-      const size_t es = DataTypeSize(dt);
       for (uint64_t count : {uint64_t{5}, uint64_t{65536}, max_count}) {
         for (bool in_place : {false, true}) {
           ++seed;
-          for (uint32_t r = 0; r < n; ++r) {
-            testing::Poison(dt, host.data(), n * count);
-            ASSERT_EQ(gpuMemcpy(vr.out(r), host.data(), n * count * es, gpuMemcpyHostToDevice), gpuSuccess);
-            testing::FillInput(dt, ReduceOp::kUnspecified, r, seed, host.data(), count);
-            void* dst = in_place ? static_cast<uint8_t*>(vr.out(r)) + r * count * es : vr.in(r);
-            ASSERT_EQ(gpuMemcpy(dst, host.data(), count * es, gpuMemcpyHostToDevice), gpuSuccess);
-          }
+          ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
           ASSERT_TRUE(vr.AllGather(dt, count, in_place, BlocksFor(n)).ok());
           ASSERT_TRUE(vr.Sync().ok());
           ASSERT_EQ(vr.Error(), kDeviceOk);
-          for (uint32_t r = 0; r < n; ++r) {
-            ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), n * count * es, gpuMemcpyDeviceToHost), gpuSuccess);
-            EXPECT_EQ(testing::CountWrongAllGather(dt, n, seed, host.data(), count), 0u)
-                << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "");
-          }
+          EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
+              << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "");
         }
       }
     }
@@ -134,17 +110,13 @@ TEST(DeviceCollectivesTest, FusedAllReduceServesEveryRankInOneLaunch) {
   const uint64_t count = 1 << 20;
   VirtualRanks vr;
   ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
-  std::vector<uint8_t> host(count * 4);
   for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
-    for (uint32_t r = 0; r < n; ++r) {
-      testing::FillInput(dt, ReduceOp::kSum, r, 3, host.data(), count);
-      ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * DataTypeSize(dt), gpuMemcpyHostToDevice), gpuSuccess);
-    }
-    ASSERT_TRUE(LaunchFusedAllReduce(dt, ReduceOp::kSum, vr.Args(0, count, false), kMaxBlocks, vr.stream(0)).ok());
-    ASSERT_TRUE(vr.Sync().ok());
-    for (uint32_t r = 0; r < n; ++r) {
-      ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * DataTypeSize(dt), gpuMemcpyDeviceToHost), gpuSuccess);
-      EXPECT_EQ(testing::CountWrongAllReduce(dt, ReduceOp::kSum, n, 3, host.data(), count), 0u) << DataTypeName(dt);
+    for (bool in_place : {false, true}) {
+      ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kSum, false, 3, count, in_place).ok());
+      ASSERT_TRUE(
+          LaunchFusedAllReduce(dt, ReduceOp::kSum, vr.Args(0, count, in_place), kMaxBlocks, vr.stream(0)).ok());
+      ASSERT_TRUE(vr.Sync().ok());
+      EXPECT_EQ(vr.Wrong(dt, ReduceOp::kSum, false, 3, count), 0u) << DataTypeName(dt);
     }
   }
 }
@@ -263,23 +235,15 @@ TEST(DeviceCollectivesTest, DelayedRankStillGivesExactResults) {
   const uint64_t count = 1 << 20;
   VirtualRanks vr;
   ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
-  std::vector<uint8_t> host(count * 4);
   for (int trial = 0; trial < 3; ++trial) {
-    for (uint32_t r = 0; r < n; ++r) {
-      testing::FillInput(DataType::kFloat32, ReduceOp::kSum, r, trial, host.data(), count);
-      ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
-      ASSERT_EQ(gpuMemset(vr.out(r), 0xff, count * 4), gpuSuccess);
-    }
+    ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, trial, count, false).ok());
     // Rank `trial` starts 20 ms late: its peers wait in the start barrier.
     ASSERT_TRUE(LaunchDelay(20'000'000, vr.stream(trial)).ok());
     ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, false,
                              BlocksFor(n)).ok());
     ASSERT_TRUE(vr.Sync().ok());
     ASSERT_EQ(vr.Error(), kDeviceOk);
-    for (uint32_t r = 0; r < n; ++r) {
-      ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
-      EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, trial, host.data(), count), 0u);
-    }
+    EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, trial, count), 0u) << "rank " << trial << " late";
   }
 }
 

@@ -4,11 +4,13 @@
 #ifndef COLLECTIVED_TESTS_SUPPORT_VIRTUAL_RANKS_H_
 #define COLLECTIVED_TESTS_SUPPORT_VIRTUAL_RANKS_H_
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernels/device/device_collectives.h"
 #include "kernels/device/gpu_check.h"
+#include "tests/support/exact_data.h"
 
 namespace collectived::testing {
 
@@ -91,6 +93,38 @@ class VirtualRanks {
     }
     return Status::Ok();
   }
+  // Exact inputs (seeded) for every rank, outputs poisoned. In place, the
+  // input goes into the output (all-reduce) or its rank-th chunk (all-gather).
+  Status Prepare(DataType dt, ReduceOp op, bool gather, uint64_t seed, uint64_t count, bool in_place) {
+    const size_t es = DataTypeSize(dt);
+    const uint64_t out_count = gather ? world_ * count : count;
+    std::vector<uint8_t> host(out_count * es);
+    for (uint32_t r = 0; r < world_; ++r) {
+      testing::Poison(dt, host.data(), out_count);
+      COLLECTIVED_GPU_CHECK(gpuMemcpy(out_[r], host.data(), out_count * es, gpuMemcpyHostToDevice));
+      testing::FillInput(dt, gather ? ReduceOp::kUnspecified : op, r, seed, host.data(), count);
+      void* dst = in_[r];
+      if (in_place) dst = gather ? static_cast<uint8_t*>(out_[r]) + r * count * es : out_[r];
+      COLLECTIVED_GPU_CHECK(gpuMemcpy(dst, host.data(), count * es, gpuMemcpyHostToDevice));
+    }
+    return Status::Ok();
+  }
+  // Wrong elements over every rank's output (every element when the device
+  // reported an error).
+  uint64_t Wrong(DataType dt, ReduceOp op, bool gather, uint64_t seed, uint64_t count) {
+    const size_t es = DataTypeSize(dt);
+    const uint64_t out_count = gather ? world_ * count : count;
+    if (Error() != 0) return out_count * world_;
+    std::vector<uint8_t> host(out_count * es);
+    uint64_t wrong = 0;
+    for (uint32_t r = 0; r < world_; ++r) {
+      if (gpuMemcpy(host.data(), out_[r], out_count * es, gpuMemcpyDeviceToHost) != gpuSuccess) return out_count * world_;
+      wrong += gather ? testing::CountWrongAllGather(dt, world_, seed, host.data(), count)
+                      : testing::CountWrongAllReduce(dt, op, world_, seed, host.data(), count);
+    }
+    return wrong;
+  }
+
   Status Sync() {
     for (auto s : streams_) COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(s));
     return Status::Ok();
