@@ -1,0 +1,52 @@
+// GPU memory shared between processes: a cuMem (VMM) allocation exported as a
+// POSIX file descriptor, which travels over the fd socket like a memfd
+// window. An importer maps it into its own address space; the physical
+// memory lives while any process keeps it mapped, so the exporter exiting
+// never leaves an importer with a dangling mapping. Devices are named by UUID.
+#ifndef COLLECTIVED_IPC_CUMEM_WINDOW_H_
+#define COLLECTIVED_IPC_CUMEM_WINDOW_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "collectived/status.h"
+
+namespace collectived::ipc {
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of CUDA device `ordinal` (nvidia-smi's form).
+Status GpuUuid(int ordinal, std::string* uuid);
+// The ordinal of the device named `uuid` in this process.
+Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal);
+
+class CuMemWindow {
+ public:
+  // Allocates at least `bytes` on device `ordinal`, exportable as an fd,
+  // mapped read/write here. The size is rounded up to the allocation granularity.
+  static Status Create(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out);
+  // Maps an exported allocation of `bytes` on device `ordinal` (takes `fd`).
+  static Status Import(int fd, int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out);
+  ~CuMemWindow();
+  CuMemWindow(const CuMemWindow&) = delete;
+  CuMemWindow& operator=(const CuMemWindow&) = delete;
+
+  // A new fd for the allocation (the caller owns it; send it, then close it).
+  Status ExportFd(int* fd) const;
+  void* device_ptr() const { return reinterpret_cast<void*>(ptr_); }
+  uint64_t size() const { return size_; }
+  int ordinal() const { return ordinal_; }
+
+ private:
+  CuMemWindow() = default;
+  Status MapHere();
+
+  int ordinal_ = 0;
+  uint64_t size_ = 0;
+  unsigned long long handle_ = 0;  // CUmemGenericAllocationHandle
+  unsigned long long ptr_ = 0;     // CUdeviceptr
+  bool mapped_ = false;
+};
+
+}  // namespace collectived::ipc
+
+#endif  // COLLECTIVED_IPC_CUMEM_WINDOW_H_
