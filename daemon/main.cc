@@ -17,6 +17,7 @@
 
 #include "daemon/daemon_config.h"
 #include "daemon/fd_server.h"
+#include "daemon/mps.h"
 #include "daemon/registry.h"
 #include "daemon/service.h"
 #include "daemon/systemd_notify.h"
@@ -159,6 +160,8 @@ int main(int argc, char** argv) {
   spdlog::info("collectived {} serving unix:{} (fd socket {}), backend {}, max message {} bytes, op timeout {} ms",
                COLLECTIVED_VERSION, cfg.socket_path, fd_server.path(), cfg.backend, cfg.max_message_bytes,
                cfg.op_timeout_ms);
+  // The host backend does not need MPS; say what GPU work on this node would get.
+  spdlog::info("{}", cd::DetectMps().Describe());
   cd::NotifyReady();
 
   const int64_t watchdog_ns = cd::WatchdogIntervalNs();
