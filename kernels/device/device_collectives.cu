@@ -247,6 +247,37 @@ Status CheckArgs(const DeviceRankArgs& a, uint32_t blocks, bool barriers) {
   return Status::Ok();
 }
 
+bool Overlap(const void* a, uint64_t an, const void* b, uint64_t bn) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+
+// Every rank's input is its output (in place) or disjoint from it, and no
+// buffer overlaps another rank's: kernels read and write them concurrently.
+// `in_at` gives where an in-place input sits inside its own output.
+Status CheckPlacement(const DeviceRankArgs& a, uint64_t in_bytes, uint64_t out_bytes, uint64_t in_at_stride,
+                      bool* in_place) {
+  *in_place = false;
+  for (uint32_t k = 0; k < a.world; ++k) {
+    const void* own = static_cast<const uint8_t*>(a.outputs[k]) + k * in_at_stride;
+    if (a.inputs[k] == own) {
+      *in_place = true;
+    } else if (Overlap(a.inputs[k], in_bytes, a.outputs[k], out_bytes)) {
+      return Status::InvalidArgument("rank " + std::to_string(k) +
+                                     "'s input partially overlaps its output (in place means the same address)");
+    }
+    for (uint32_t j = 0; j < a.world; ++j) {
+      if (j == k) continue;
+      if (Overlap(a.outputs[k], out_bytes, a.outputs[j], out_bytes) ||
+          Overlap(a.outputs[k], out_bytes, a.inputs[j], in_bytes)) {
+        return Status::InvalidArgument("rank " + std::to_string(k) + "'s output overlaps rank " + std::to_string(j) +
+                                       "'s buffers");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 bool AllAligned(const DeviceRankArgs& a) {
   for (uint32_t k = 0; k < a.world; ++k) {
     if (!Aligned16(a.inputs[k]) || !Aligned16(a.outputs[k])) return false;
@@ -318,6 +349,13 @@ Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const 
                                    DataTypeName(dtype));
   }
   COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, true));
+  const uint64_t bytes = args.count * DataTypeSize(dtype);
+  bool in_place = false;
+  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, bytes, bytes, 0, &in_place));
+  // One-shot in place would overwrite rank r's input while peers still read
+  // it; two-shot push is in-place safe (only rank r touches chunk r of any
+  // buffer), so in-place ops take it.
+  if (in_place) algo = DeviceAlgorithm::kTwoShotPush;
   const bool vec = AllAligned(args);
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     if (algo == DeviceAlgorithm::kOneShot) {
@@ -334,6 +372,9 @@ Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& a
                             gpuStream_t stream) {
   if (!IsValidReduction(dtype, op)) return Status::InvalidArgument("reduction not allowed on this type");
   COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, false));
+  const uint64_t bytes = args.count * DataTypeSize(dtype);
+  bool in_place = false;  // safe either way: each element is read from every input before any output is written
+  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, bytes, bytes, 0, &in_place));
   const bool vec = AllAligned(args);
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
@@ -346,6 +387,9 @@ Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t bloc
   COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, true));
   const size_t es = DataTypeSize(dtype);
   if (es == 0) return Status::InvalidArgument("unknown data type");
+  bool in_place = false;  // rank r's input is chunk r of its own output: safe, it is copied onto itself
+  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, args.count * es, args.world * args.count * es, args.count * es,
+                                             &in_place));
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
   switch (es) {
     case 2: AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;

@@ -65,6 +65,9 @@ struct DeviceRankArgs {
 Status PreloadKernels();
 
 Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream);
+// In place (inputs[k] == outputs[k]) always runs two-shot push: one-shot
+// would overwrite an input a peer is still reading. INVALID_ARGUMENT for
+// buffers that partially overlap.
 Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
                        gpuStream_t stream);
 // outputs[k][rank * count + j] = inputs[rank][j] for every k (push).

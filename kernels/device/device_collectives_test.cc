@@ -49,6 +49,27 @@ TEST(DeviceCollectivesTest, LaunchersRefuseBadArguments) {
   EXPECT_EQ(LaunchAllReduce(DataType::kInt32, ReduceOp::kAvg, DeviceAlgorithm::kOneShot, a, 4, nullptr).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(LaunchWait(nullptr, nullptr, nullptr, nullptr, 0, nullptr).code(), StatusCode::kInvalidArgument);
+  // Partially overlapping buffers are refused before anything is launched.
+  static uint64_t fake[64];
+  uint64_t words[4] = {};
+  DeviceRankArgs b;
+  b.world = 2;
+  b.count = 8;
+  b.flags = words;
+  b.op_index = words;
+  b.abort_word = words;
+  b.error_word = reinterpret_cast<int32_t*>(words + 1);
+  b.timeout_ns = 1;
+  b.inputs[0] = fake;
+  b.outputs[0] = fake + 1;  // input and output of rank 0 overlap by 7 words
+  b.inputs[1] = fake + 20;
+  b.outputs[1] = fake + 30;
+  Status s = LaunchAllReduce(DataType::kInt64, ReduceOp::kSum, DeviceAlgorithm::kOneShot, b, 1, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("partially overlaps"), std::string::npos) << s.message();
+  b.outputs[0] = fake + 24;  // rank 0's output overlaps rank 1's input
+  s = LaunchAllReduce(DataType::kInt64, ReduceOp::kSum, DeviceAlgorithm::kOneShot, b, 1, nullptr);
+  EXPECT_NE(s.message().find("overlaps rank 1"), std::string::npos) << s.message();
 }
 
 TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
