@@ -10,6 +10,7 @@
 //
 //   collective-bench [-t all_reduce|all_gather] [-g ranks] [-b 16M] [-e 1G] [-f 2]
 //                    [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]
+//                    [-p single|post]   (one launch per op, or post + collective + complete)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -75,6 +76,7 @@ struct Options {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::string algo = "auto";
+  bool single_launch = true;  // -p single|post
 };
 
 class Runner {
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
     else if (f == "-c") o.check = std::atoi(v);
     else if (f == "-G") o.graph = std::atoi(v);
     else if (f == "-a") o.algo = v;
+    else if (f == "-p") o.single_launch = std::string(v) != "post";
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench/collective_bench.cc)\n", f.c_str());
       return 2;
@@ -198,11 +201,13 @@ int main(int argc, char** argv) {
   testing::VirtualRanks vr;
   const uint64_t max_count = o.max_bytes / es;
   Check(vr.Init(n, max_count * es, (o.gather ? n : 1) * max_count * es), "init");
+  vr.SetSingleLaunch(o.single_launch);
   Runner runner(o, &vr, blocks);
 
   std::printf("# collective-bench (in-process baseline): %s, %u virtual ranks on one GPU, %u blocks per rank, "
-              "algo %s, graph %d, iters %d, warmup %d\n",
-              o.gather ? "all_gather" : "all_reduce", n, blocks, o.algo.c_str(), o.graph, o.iters, o.warmup);
+              "algo %s, %s, graph %d, iters %d, warmup %d\n",
+              o.gather ? "all_gather" : "all_reduce", n, blocks, o.algo.c_str(),
+              o.single_launch ? "single launch" : "post/complete launches", o.graph, o.iters, o.warmup);
   std::printf("# least-traffic bandwidth (ltbw) counts each input read once and each output written once; "
               "%% of the %.0f GB/s copy ceiling\n", kCopyCeilingGBs);
   std::printf("#%13s %12s %8s %6s   %10s %8s %8s %6s %8s %5s   %10s %8s %8s %6s %8s %5s\n", "size", "count", "type",

@@ -92,6 +92,32 @@ struct Range {
   uint64_t begin, end;  // elements
 };
 
+// The op's generation, or 0 when the communicator is already aborted (a failed
+// op leaves flags that a later op with the same generation must not trust).
+__device__ uint64_t BeginOp(const DeviceRankArgs& a) {
+  if (LoadAcquire(a.abort_word) != 0) {
+    if (threadIdx.x == 0) RecordError(a, kDeviceAborted);
+    return 0;
+  }
+  return (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
+}
+
+// Single-launch mode: the last block to finish publishes done (after every
+// block's writes: each fences before counting itself).
+__device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
+  if (a.op_index != nullptr) return;  // LaunchComplete publishes
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    if (atomicAdd(a.finished, 1u) == gridDim.x - 1) {
+      *a.finished = 0;  // the next op's kernel starts after this one ends (stream order)
+      if (a.counter != nullptr) *a.counter = gen;  // LaunchPost would have taken index gen - 1
+      __threadfence_system();
+      StoreRelease(a.done, gen);
+    }
+  }
+}
+
 // ---- kernels ---------------------------------------------------------------------
 
 __global__ void PostKernel(uint64_t* counter, uint64_t* op_index) {
@@ -163,23 +189,23 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads) OneShotKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = *a.op_index + 1;
-  if (!Barrier(a, 0, gen)) return;
+  const uint64_t gen = BeginOp(a);
+  if (gen == 0 || !Barrier(a, 0, gen)) return;
   ReduceRange<T, kOp>(a, Range{0, a.count}, a.rank, a.rank, vec);
-  Barrier(a, 1, gen);
+  if (Barrier(a, 1, gen)) FinishOp(a, gen);
 }
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = *a.op_index + 1;
-  if (!Barrier(a, 0, gen)) return;
+  const uint64_t gen = BeginOp(a);
+  if (gen == 0 || !Barrier(a, 0, gen)) return;
   // Chunks are whole packs, so every rank's range starts aligned.
   constexpr uint64_t kN = Pack<T>::kElems;
   const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;
   const uint64_t begin = min(a.count, chunk * a.rank);
   const uint64_t end = min(a.count, begin + chunk);
   ReduceRange<T, kOp>(a, Range{begin, end}, 0, a.world - 1, vec);
-  Barrier(a, 1, gen);
+  if (Barrier(a, 1, gen)) FinishOp(a, gen);
 }
 
 template <typename T, ReduceOp kOp>
@@ -199,8 +225,8 @@ struct CopyType<8> { using T = uint64_t; };
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = *a.op_index + 1;
-  if (!Barrier(a, 0, gen)) return;
+  const uint64_t gen = BeginOp(a);
+  if (gen == 0 || !Barrier(a, 0, gen)) return;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const T* in = static_cast<const T*>(a.inputs[a.rank]);
@@ -219,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) AllGatherPushKernel(DeviceRankArgs a
     const T v = in[j];
     for (uint32_t k = 0; k < a.world; ++k) static_cast<T*>(a.outputs[k])[offset + j] = v;
   }
-  Barrier(a, 1, gen);
+  if (Barrier(a, 1, gen)) FinishOp(a, gen);
 }
 
 // ---- host side -------------------------------------------------------------------
@@ -240,9 +266,10 @@ Status CheckArgs(const DeviceRankArgs& a, uint32_t blocks, bool barriers) {
   for (uint32_t k = 0; k < a.world; ++k) {
     if (a.inputs[k] == nullptr || a.outputs[k] == nullptr) return Status::InvalidArgument("null buffer");
   }
-  if (barriers && (a.flags == nullptr || a.op_index == nullptr || a.abort_word == nullptr ||
-                   a.error_word == nullptr || a.timeout_ns == 0)) {
-    return Status::InvalidArgument("flags, op index, abort/error words and a timeout are required");
+  if (barriers && (a.flags == nullptr || a.abort_word == nullptr || a.error_word == nullptr || a.timeout_ns == 0 ||
+                   (a.op_index == nullptr && (a.done == nullptr || a.finished == nullptr)))) {
+    return Status::InvalidArgument(
+        "flags, abort/error words, a timeout, and an op index (or done and finished words) are required");
   }
   return Status::Ok();
 }

@@ -4,7 +4,8 @@
 // launch goes on the caller's stream and captures into CUDA graphs (no value
 // chosen on the host is a generation).
 //
-// Per op and rank, on one stream:
+// Per op and rank, on one stream (post/complete mode; single-launch mode folds
+// post and complete into the collective kernel, see DeviceRankArgs):
 //   LaunchPost      index = atomicAdd(counter, 1) on the device; writes it to
 //                   the rank's index word (graph replay takes a new index).
 //   LaunchAllReduce / LaunchAllGather
@@ -50,7 +51,14 @@ struct DeviceRankArgs {
   const void* inputs[kMaxDeviceRanks] = {};
   void* outputs[kMaxDeviceRanks] = {};
   uint64_t* flags = nullptr;          // kFlagWords words, zeroed once, shared by the ranks
-  const uint64_t* op_index = nullptr; // this rank's index word (LaunchPost writes it)
+  // Post/complete mode: the rank's index word (LaunchPost writes it; LaunchComplete publishes done).
+  // Single-launch mode (op_index == nullptr): gen = *done + 1, and the kernel's last block to
+  // finish publishes *done = gen; `finished` counts finished blocks (zero between ops). Use it
+  // when nothing follows the kernel in the op (no epilogue) and waits are stream-ordered.
+  const uint64_t* op_index = nullptr;
+  uint64_t* done = nullptr;
+  uint32_t* finished = nullptr;
+  uint64_t* counter = nullptr;  // single-launch mode advances it too, so the modes mix on one rank
   uint64_t* abort_word = nullptr;     // nonzero: every spin gives up
   int32_t* error_word = nullptr;      // first DeviceError of this communicator
   uint64_t timeout_ns = 0;            // per spin

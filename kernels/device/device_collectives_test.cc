@@ -78,6 +78,7 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
     const uint64_t max_count = 100003;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 8, max_count * 8).ok());
+    vr.SetSingleLaunch(n == 3);  // post/complete launches for 2 and 8 ranks, single launch for 3
     uint64_t seed = 100;
     for (DataType dt : kTypes) {
       for (ReduceOp op : kOps) {
@@ -108,6 +109,7 @@ TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
     const uint64_t max_count = 65539;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 8, n * max_count * 8).ok());
+    vr.SetSingleLaunch(n != 3);
     uint64_t seed = 7;
     for (DataType dt : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
       for (uint64_t count : {uint64_t{5}, uint64_t{65536}, max_count}) {
@@ -173,6 +175,14 @@ TEST(DeviceCollectivesTest, AbortWordReleasesASpinningRank) {
   ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   EXPECT_EQ(vr.Error(), kDeviceAborted);
+  // Every later op of the aborted communicator fails at once, in either mode.
+  for (bool single : {false, true}) {
+    vr.SetSingleLaunch(single);
+    ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 1, 64, false).ok());
+    ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, 64, false, 4).ok());
+    ASSERT_TRUE(vr.Sync().ok());
+    EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, 1, 64), 2u * 64);  // error reported: all counted
+  }
   gpuStreamDestroy(side);
 }
 
@@ -207,17 +217,17 @@ TEST(DeviceCollectivesTest, GraphReplayWithChangingSizesAndValues) {
     }
   };
   // Capture one graph per (size, rank): post + all-reduce + complete.
+  // Graphs of even-numbered sizes use post/complete launches, odd ones a single
+  // launch; eager ops alternate too: both modes share one sequence.
   std::vector<std::vector<gpuGraphExec_t>> execs(std::size(sizes), std::vector<gpuGraphExec_t>(n));
   for (size_t s = 0; s < std::size(sizes); ++s) {
     const uint64_t count = sizes[s] / 4;
     const DeviceAlgorithm algo = sizes[s] <= (256u << 10) ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
+    vr.SetSingleLaunch(s % 2 == 1);
     for (uint32_t r = 0; r < n; ++r) {
       gpuGraph_t graph;
       ASSERT_EQ(gpuStreamBeginCapture(vr.stream(r), gpuStreamCaptureModeThreadLocal), gpuSuccess);
-      ASSERT_TRUE(LaunchPost(vr.counter(r), vr.op_index(r), vr.stream(r)).ok());
-      ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, algo, vr.Args(r, count, false), blocks,
-                                  vr.stream(r)).ok());
-      ASSERT_TRUE(LaunchComplete(vr.op_index(r), vr.done(r), vr.stream(r)).ok());
+      ASSERT_TRUE(vr.AllReduceOn(r, DataType::kFloat32, ReduceOp::kSum, algo, count, false, blocks).ok());
       ASSERT_EQ(gpuStreamEndCapture(vr.stream(r), &graph), gpuSuccess);
       ASSERT_EQ(gpuGraphInstantiate(&execs[s][r], graph), gpuSuccess);
       gpuGraphDestroy(graph);
@@ -235,6 +245,7 @@ TEST(DeviceCollectivesTest, GraphReplayWithChangingSizesAndValues) {
     }
     // An eager op of another size between the replays, on the same streams.
     const uint64_t eager = 1000 + 37 * s;
+    vr.SetSingleLaunch(s % 2 == 0);
     fill(eager, ++seed);
     ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, eager, false, blocks).ok());
     ASSERT_TRUE(vr.Sync().ok());
@@ -242,7 +253,7 @@ TEST(DeviceCollectivesTest, GraphReplayWithChangingSizesAndValues) {
     check(eager, "eager between replays");
   }
   for (uint32_t r = 0; r < n; ++r) {
-    EXPECT_EQ(vr.Word(vr.counter(r)), ops);  // exactly one device index per replay and per eager op
+    EXPECT_EQ(vr.Word(vr.counter(r)), ops);  // exactly one index per replay and per eager op, in either mode
     EXPECT_EQ(vr.Word(vr.done(r)), ops);
   }
   for (auto& per_size : execs) {
@@ -256,15 +267,16 @@ TEST(DeviceCollectivesTest, DelayedRankStillGivesExactResults) {
   const uint64_t count = 1 << 20;
   VirtualRanks vr;
   ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
-  for (int trial = 0; trial < 3; ++trial) {
+  for (int trial = 0; trial < 4; ++trial) {
+    vr.SetSingleLaunch(trial % 2 == 1);
     ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, trial, count, false).ok());
     // Rank `trial` starts 20 ms late: its peers wait in the start barrier.
-    ASSERT_TRUE(LaunchDelay(20'000'000, vr.stream(trial)).ok());
+    ASSERT_TRUE(LaunchDelay(20'000'000, vr.stream(trial % n)).ok());
     ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, false,
                              BlocksFor(n)).ok());
     ASSERT_TRUE(vr.Sync().ok());
     ASSERT_EQ(vr.Error(), kDeviceOk);
-    EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, trial, count), 0u) << "rank " << trial << " late";
+    EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, trial, count), 0u) << "rank " << trial % n << " late";
   }
 }
 

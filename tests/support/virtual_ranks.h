@@ -49,7 +49,11 @@ class VirtualRanks {
   uint64_t* counter(uint32_t r) const { return words_ + device::kFlagWords + r * 8; }
   uint64_t* op_index(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 1; }
   uint64_t* done(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 2; }
+  uint32_t* finished(uint32_t r) const { return reinterpret_cast<uint32_t*>(words_ + device::kFlagWords + r * 8 + 3); }
   uint64_t* abort_word() const { return words_ + device::kFlagWords + 8 * 60; }
+  // Single launch: no post/complete kernels; the collective kernel takes its
+  // generation from done and publishes done itself.
+  void SetSingleLaunch(bool on) { single_launch_ = on; }
   int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + device::kFlagWords + 8 * 61); }
 
   device::DeviceRankArgs Args(uint32_t rank, uint64_t count, bool in_place) const {
@@ -62,21 +66,30 @@ class VirtualRanks {
       a.outputs[k] = out_[k];
     }
     a.flags = flags();
-    a.op_index = op_index(rank);
+    a.op_index = single_launch_ ? nullptr : op_index(rank);
+    a.done = done(rank);
+    a.finished = finished(rank);
+    a.counter = counter(rank);
     a.abort_word = abort_word();
     a.error_word = error_word();
     a.timeout_ns = timeout_ns_;
     return a;
   }
 
-  // Enqueues post, all-reduce, complete for every rank on its own stream.
+  // Enqueues rank r's all-reduce on its stream (post, kernel, complete; or the
+  // kernel alone in single-launch mode).
+  Status AllReduceOn(uint32_t r, DataType dt, ReduceOp op, device::DeviceAlgorithm algo, uint64_t count,
+                     bool in_place, uint32_t blocks) {
+    if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllReduce(dt, op, algo, Args(r, count, in_place), blocks, streams_[r]));
+    if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+    return Status::Ok();
+  }
+  // Every rank's all-reduce, each on its own stream.
   Status AllReduce(DataType dt, ReduceOp op, device::DeviceAlgorithm algo, uint64_t count, bool in_place,
                    uint32_t blocks) {
     for (uint32_t r = 0; r < world_; ++r) {
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
-      COLLECTIVED_RETURN_IF_ERROR(
-          device::LaunchAllReduce(dt, op, algo, Args(r, count, in_place), blocks, streams_[r]));
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+      COLLECTIVED_RETURN_IF_ERROR(AllReduceOn(r, dt, op, algo, count, in_place, blocks));
     }
     return Status::Ok();
   }
@@ -87,9 +100,9 @@ class VirtualRanks {
       for (uint32_t k = 0; k < world_; ++k) {
         a.inputs[k] = in_place ? static_cast<uint8_t*>(out_[k]) + k * count * DataTypeSize(dt) : in_[k];
       }
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
+      if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
       COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllGather(dt, a, blocks, streams_[r]));
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+      if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
     }
     return Status::Ok();
   }
@@ -142,6 +155,7 @@ class VirtualRanks {
 
  private:
   uint32_t world_ = 0;
+  bool single_launch_ = false;
   uint64_t timeout_ns_ = 0;
   uint64_t* words_ = nullptr;
   std::vector<gpuStream_t> streams_;
