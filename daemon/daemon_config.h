@@ -18,6 +18,12 @@ struct DaemonConfig {
   uint64_t max_buffer_bytes = 8ull << 30;  // all sessions' buffers together
   uint32_t drain_timeout_ms = 10000;
   std::string log_level = "info";
+  // Negative controls for the stress harness: never on by default.
+  bool unsafe_skip_end_barrier = false;
+  bool unsafe_event_before_epilogue = false;
+  int32_t debug_delay_rank = -1;
+  uint32_t debug_delay_us = 0;
+  uint32_t debug_delay_copyout_us = 0;
 };
 
 }  // namespace collectived::daemon

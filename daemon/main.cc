@@ -86,6 +86,14 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
       ->capture_default_str();
   app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
+  app.add_flag("--unsafe-skip-end-barrier", cfg.unsafe_skip_end_barrier,
+               "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
+  app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,
+               "NEGATIVE CONTROL: completion is published before the output is written (DeepEP bug class)");
+  app.add_option("--debug-delay-rank", cfg.debug_delay_rank, "debug: this rank's reads start late (-1: none)");
+  app.add_option("--debug-delay-us", cfg.debug_delay_us, "debug: how late, in microseconds");
+  app.add_option("--debug-delay-copyout-us", cfg.debug_delay_copyout_us,
+                 "debug: every rank's output writes start this late, in microseconds");
   bool dump_config = false;
   app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit");
   const std::vector<std::string> env_names = {"socket", "backend", "max-message-bytes", "one-shot-max-bytes",
@@ -119,6 +127,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.backend = "host";
+  if (cfg.unsafe_skip_end_barrier || cfg.unsafe_event_before_epilogue) {
+    spdlog::critical("UNSAFE MODE: {}{}: this daemon re-creates seed bug classes for negative controls; results "
+                     "may be WRONG. Never run it for real work.",
+                     cfg.unsafe_skip_end_barrier ? "--unsafe-skip-end-barrier " : "",
+                     cfg.unsafe_event_before_epilogue ? "--unsafe-event-before-epilogue" : "");
+  }
 
   std::error_code ec;
   const auto dir = std::filesystem::path(cfg.socket_path).parent_path();

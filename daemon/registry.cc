@@ -284,6 +284,15 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         params.op_timeout_ns = static_cast<uint64_t>(timeout_ms) * 1000000;
         params.mode = mode;
         params.comm_id = c->id;
+        params.unsafe_flags = (config_.unsafe_skip_end_barrier ? ring::kUnsafeSkipEndBarrier : 0u) |
+                              (config_.unsafe_event_before_epilogue ? ring::kUnsafeEventBeforeEpilogue : 0u);
+        params.debug_delay_rank = config_.debug_delay_rank;
+        params.debug_delay_us = config_.debug_delay_us;
+        params.debug_delay_copyout_us = config_.debug_delay_copyout_us;
+        if (params.unsafe_flags != 0) {
+          spdlog::critical("UNSAFE communicator {} '{}': flags {:#x} re-create seed bugs; results may be wrong",
+                           c->id, req.key, params.unsafe_flags);
+        }
         ring::SegmentLayout layout;
         COLLECTIVED_RETURN_IF_ERROR(ring::SegmentLayout::Compute(params, &layout));
         std::unique_ptr<ipc::ShmWindow> window;

@@ -36,6 +36,7 @@ void CompleteOp(const CommSegment& seg, uint32_t rank, uint64_t index, const Sta
   slot.status_code = static_cast<int32_t>(status.code());
   std::snprintf(slot.status_message, sizeof(slot.status_message), "%s", status.message().c_str());
   StatusRecord& rec = seg.status_record(rank, index);
+  rec.completed_ns.store(NowNs(), std::memory_order_relaxed);
   rec.code.store(static_cast<int32_t>(status.code()), std::memory_order_relaxed);
   rec.seq.store(index + 1, std::memory_order_release);
   PublishWord(seg.control(rank).completed.value, index + 1);

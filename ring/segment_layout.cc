@@ -66,6 +66,10 @@ Status CommSegment::Initialize(void* base, uint64_t bytes, const SegmentParams& 
   h->op_timeout_ns = params.op_timeout_ns;
   h->segment_bytes = layout.total_bytes;
   h->comm_id = params.comm_id;
+  h->unsafe_flags = params.unsafe_flags;
+  h->debug_delay_rank = params.debug_delay_rank;
+  h->debug_delay_us = params.debug_delay_us;
+  h->debug_delay_copyout_us = params.debug_delay_copyout_us;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegmentMagic;
   out->base_ = static_cast<uint8_t*>(base);

@@ -17,7 +17,7 @@
 namespace collectived::ring {
 
 constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -63,6 +63,18 @@ struct StatusRecord {
   std::atomic<uint64_t> seq;  // op index + 1 this record belongs to
   std::atomic<int32_t> code;
   int32_t pad;
+  // Timestamps (CLOCK_MONOTONIC ns, comparable across processes of a node)
+  // that let the stress harness show a race window was open.
+  std::atomic<int64_t> reads_done_ns;    // this rank finished reading peers' slots
+  std::atomic<int64_t> output_done_ns;   // this rank's last write to its output
+  std::atomic<int64_t> completed_ns;     // this rank published completion
+};
+
+// Switches that re-create the seed bug classes, for the stress harness's
+// negative controls only (daemon flags --unsafe-*, logged loudly).
+enum UnsafeFlags : uint32_t {
+  kUnsafeSkipEndBarrier = 1u << 0,       // AITER: leave before peers finished reading
+  kUnsafeEventBeforeEpilogue = 1u << 1,  // DeepEP: publish completion before the output is written
 };
 
 struct alignas(kCacheLine) RankControl {
@@ -82,7 +94,10 @@ struct alignas(kCacheLine) CommHeader {
   uint64_t op_timeout_ns;
   uint64_t segment_bytes;
   uint64_t comm_id;
-  // Negative-control switches are not in v1's header; see docs/protocol.md.
+  uint32_t unsafe_flags;            // UnsafeFlags; 0 in every normal run
+  int32_t debug_delay_rank;         // -1: none; else this rank's reads start late
+  uint32_t debug_delay_us;          // how late
+  uint32_t debug_delay_copyout_us;  // every rank's output writes start this late
   alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts
   std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
   char abort_reason[256];
@@ -99,6 +114,10 @@ struct SegmentParams {
   uint64_t op_timeout_ns = 30ull * 1000 * 1000 * 1000;
   ExecutionMode mode = ExecutionMode::kClient;
   uint64_t comm_id = 0;
+  uint32_t unsafe_flags = 0;
+  int32_t debug_delay_rank = -1;
+  uint32_t debug_delay_us = 0;
+  uint32_t debug_delay_copyout_us = 0;
 };
 
 // Byte offsets of every region; computed once from SegmentParams.

@@ -53,6 +53,20 @@ ExecutionMode Communicator::mode() const { return impl_->mode(); }
 uint64_t Communicator::max_message_bytes() const { return impl_->max_message_bytes(); }
 Status Communicator::Destroy() { return impl_->Destroy(); }
 
+Status Communicator::GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
+  const ring::CommSegment& seg = impl_->segment();
+  per_rank->assign(seg.world_size(), OpTrace{});
+  for (uint32_t r = 0; r < seg.world_size(); ++r) {
+    const ring::StatusRecord& rec = seg.status_record(r, index);
+    OpTrace& t = (*per_rank)[r];
+    t.valid = rec.seq.load(std::memory_order_acquire) == index + 1;
+    t.reads_done_ns = rec.reads_done_ns.load(std::memory_order_acquire);
+    t.output_done_ns = rec.output_done_ns.load(std::memory_order_acquire);
+    t.completed_ns = rec.completed_ns.load(std::memory_order_acquire);
+  }
+  return Status::Ok();
+}
+
 Status Communicator::AllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
                                Handle* handle) {
   return impl_->Post(CollectiveKind::kAllReduce, send, recv, count, dtype, op, false, handle);

@@ -40,6 +40,7 @@ class CommunicatorImpl : public host::BufferResolver {
   uint64_t id() const { return comm_id_; }
   ExecutionMode mode() const { return mode_; }
   uint64_t max_message_bytes() const { return seg_.header().max_message_bytes; }
+  const ring::CommSegment& segment() const { return seg_; }
 
  private:
   int OpTimeoutMs() const { return static_cast<int>(seg_.header().op_timeout_ns / 1000000); }

@@ -1,5 +1,7 @@
 #include "kernels/host/host_executor.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -51,6 +53,12 @@ Status PeerVerdict(const CommSegment& seg, uint64_t index) {
   return Status::Ok();
 }
 
+void SleepUs(uint32_t us) {
+  if (us == 0) return;
+  timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  nanosleep(&ts, nullptr);
+}
+
 struct OpBuffers {
   const uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
@@ -74,11 +82,22 @@ Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDe
                const ring::WaitContext& ctx) {
   const uint32_t n = seg.world_size();
   const size_t esize = DataTypeSize(d.dtype);
+  const ring::CommHeader& h = seg.header();
+  ring::StatusRecord& trace = seg.status_record(rank, index);
+  // Debug hooks that hold race windows open (stress harness only).
+  if (h.debug_delay_rank == static_cast<int32_t>(rank)) SleepUs(h.debug_delay_us);
+  auto stamp_done = [&] {
+    const int64_t now = ring::NowNs();
+    trace.reads_done_ns.store(now, std::memory_order_relaxed);
+    trace.output_done_ns.store(now, std::memory_order_release);
+  };
   std::vector<const void*> inputs(n);
   for (uint32_t k = 0; k < n; ++k) inputs[k] = seg.in_slot(k);
   switch (d.algorithm) {
     case ring::Algorithm::kOneShot:
+      SleepUs(h.debug_delay_copyout_us);  // reads and output writes are one pass here
       ReduceElements(d.dtype, d.reduce_op, buf.recv, inputs.data(), n, 0, d.count);
+      stamp_done();
       return Status::Ok();
     case ring::Algorithm::kTwoShot: {
       const uint64_t chunk = (d.count + n - 1) / n;
@@ -89,16 +108,20 @@ Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDe
       for (uint32_t k = 0; k < n; ++k) shifted[k] = seg.in_slot(k) + begin * esize;
       ReduceElements(d.dtype, d.reduce_op, seg.shard_slot(rank), shifted.data(), n, 0, end - begin);
       COLLECTIVED_RETURN_IF_ERROR(Barrier(seg, rank, index, ring::kPhaseMid, StatusCode::kOk, ctx));
+      SleepUs(h.debug_delay_copyout_us);  // the copy-out: every shard into the output
       for (uint32_t k = 0; k < n; ++k) {
         const uint64_t kb = std::min<uint64_t>(d.count, chunk * k);
         const uint64_t ke = std::min<uint64_t>(d.count, kb + chunk);
         if (ke > kb) std::memcpy(buf.recv + kb * esize, seg.shard_slot(k), (ke - kb) * esize);
       }
+      stamp_done();
       return Status::Ok();
     }
     case ring::Algorithm::kGather: {
       const uint64_t bytes = d.count * esize;
+      SleepUs(h.debug_delay_copyout_us);
       for (uint32_t k = 0; k < n; ++k) std::memcpy(buf.recv + k * bytes, seg.in_slot(k), bytes);
+      stamp_done();
       return Status::Ok();
     }
     default:
@@ -130,6 +153,10 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     return final;
   };
 
+  ring::StatusRecord& trace = seg.status_record(rank, index);
+  trace.reads_done_ns.store(0, std::memory_order_relaxed);
+  trace.output_done_ns.store(0, std::memory_order_relaxed);
+  trace.completed_ns.store(0, std::memory_order_relaxed);
   // Prologue: every rank's descriptor, matched and validated identically.
   std::vector<const OpDescriptor*> descs(n);
   for (uint32_t k = 0; k < n; ++k) {
@@ -162,16 +189,27 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   if (!s.ok()) return fail_hard(s);
   if (verdict.ok()) verdict = PeerVerdict(seg, index);
 
+  const uint32_t unsafe = seg.header().unsafe_flags;
+  // Negative control (DeepEP): completion published before the output is written.
+  const bool complete_early = verdict.ok() && (unsafe & ring::kUnsafeEventBeforeEpilogue) != 0;
+  if (complete_early) {
+    CountOp(seg, rank, matched, verdict);
+    ring::CompleteOp(seg, rank, index, verdict);
+  }
   if (verdict.ok()) {
     s = RunBody(seg, rank, index, own, buf, ctx);
-    if (!s.ok()) return fail_hard(s);
+    if (!s.ok()) return complete_early ? s : fail_hard(s);
   }
   // Even a refused op ends with the barrier, so no rank runs ahead into a
-  // slot a peer is still reading.
-  s = Barrier(seg, rank, index, ring::kPhaseEnd, StatusCode::kOk, ctx);
-  if (!s.ok()) return fail_hard(s);
-  CountOp(seg, rank, matched, verdict);
-  ring::CompleteOp(seg, rank, index, verdict);
+  // slot a peer is still reading. Negative control (AITER): leave without it.
+  if ((unsafe & ring::kUnsafeSkipEndBarrier) == 0) {
+    s = Barrier(seg, rank, index, ring::kPhaseEnd, StatusCode::kOk, ctx);
+    if (!s.ok()) return complete_early ? s : fail_hard(s);
+  }
+  if (!complete_early) {
+    CountOp(seg, rank, matched, verdict);
+    ring::CompleteOp(seg, rank, index, verdict);
+  }
   return verdict;
 }
 

@@ -100,6 +100,16 @@ class Handle {
   std::shared_ptr<HandleState> state_;
 };
 
+// When each rank finished an op's phases (CLOCK_MONOTONIC ns): lets a stress
+// harness prove that a race window was open. valid == false when the op is
+// older than the status history.
+struct OpTrace {
+  bool valid = false;
+  int64_t reads_done_ns = 0;   // finished reading peers' data (0: not yet)
+  int64_t output_done_ns = 0;  // last write to its output (0: not yet)
+  int64_t completed_ns = 0;    // published completion
+};
+
 struct CommunicatorOptions {
   std::string key;          // shared by all members (like an NCCL unique id)
   uint32_t world_size = 0;
@@ -130,6 +140,9 @@ class Communicator {
   Status SubmitAllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
                          Handle* handle);
   Status SubmitAllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle);
+
+  // Per-rank timestamps of op `index` (debugging and stress testing).
+  Status GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const;
 
   // Waits for this rank's posted ops, then leaves. Peers that still post ops
   // get ABORTED. Idempotent.
