@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "collectived/client.h"
-#include "tests/support/exact_data.h"
+#include "tests/support/op_mix.h"
 
 using namespace collectived;
 
@@ -33,14 +33,9 @@ std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
 }
 
 struct Op {
-  bool gather;
-  DataType dtype;
-  ReduceOp op;
-  uint64_t count;
-  bool in_place;
+  testing::MixedOp mix;
   int slot;
   Handle handle;
-  uint64_t seed;
 };
 
 }  // namespace
@@ -90,9 +85,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  static const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-                                    DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
-  static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
   std::mt19937_64 rng(seed);  // same seed on every rank: same op sequence
   uint64_t wrong = 0, failed = 0;
   std::deque<Op> inflight;
@@ -103,54 +95,23 @@ int main(int argc, char** argv) {
       if (failed < 5) std::fprintf(stderr, "rank %u: op failed: %s\n", rank, st.ToString().c_str());
       return;
     }
-    const void* out = op.in_place && !op.gather ? send[op.slot].data() : recv[op.slot].data();
-    const uint64_t w = op.gather ? testing::CountWrongAllGather(op.dtype, world, op.seed, out, op.count)
-                                 : testing::CountWrongAllReduce(op.dtype, op.op, world, op.seed, out, op.count);
+    const uint64_t w = testing::CountWrongMixedOp(op.mix, world, send[op.slot], recv[op.slot]);
     if (w != 0 && wrong == 0) {
       std::fprintf(stderr, "rank %u: %llu wrong in %s %s %s count=%llu%s\n", rank, (unsigned long long)w,
-                   op.gather ? "all_gather" : "all_reduce", DataTypeName(op.dtype), ReduceOpName(op.op),
-                   (unsigned long long)op.count, op.in_place ? " in place" : "");
+                   op.mix.gather ? "all_gather" : "all_reduce", DataTypeName(op.mix.dtype), ReduceOpName(op.mix.op),
+                   (unsigned long long)op.mix.count, op.mix.in_place ? " in place" : "");
     }
     wrong += w;
   };
   for (int k = 0; k < ops; ++k) {
     Op op{};
-    op.gather = rng() % 4 == 0;
-    op.dtype = kTypes[rng() % 7];
-    do {
-      op.op = kOps[rng() % 5];
-    } while (!IsValidReduction(op.dtype, op.op));
-    if (op.gather) op.op = ReduceOp::kUnspecified;
-    op.count = 1 + rng() % max_count;
-    op.in_place = rng() % 2 == 0;
+    op.mix = testing::NextMixedOp(rng, max_count, seed, k);
     op.slot = k % window;
-    op.seed = seed * 1000003 + k;
     if (static_cast<int>(inflight.size()) == window) {  // the slot's previous op must be done
       finish(inflight.front());
       inflight.pop_front();
     }
-    const size_t es = DataTypeSize(op.dtype);
-    Buffer& sb = send[op.slot];
-    Buffer& rb = recv[op.slot];
-    Status ps;
-    if (op.gather) {
-      testing::Poison(op.dtype, rb.data(), op.count * world);
-      if (op.in_place) {
-        testing::FillInput(op.dtype, op.op, rank, op.seed, rb.as<uint8_t>() + rank * op.count * es, op.count);
-        ps = via_rpc ? comm->SubmitAllGather(BufferSpan(rb, rank * op.count * es), rb, op.count, op.dtype, &op.handle)
-                     : comm->AllGather(BufferSpan(rb, rank * op.count * es), rb, op.count, op.dtype, &op.handle);
-      } else {
-        testing::FillInput(op.dtype, op.op, rank, op.seed, sb.data(), op.count);
-        ps = via_rpc ? comm->SubmitAllGather(sb, rb, op.count, op.dtype, &op.handle)
-                     : comm->AllGather(sb, rb, op.count, op.dtype, &op.handle);
-      }
-    } else {
-      testing::FillInput(op.dtype, op.op, rank, op.seed, sb.data(), op.count);
-      if (!op.in_place) testing::Poison(op.dtype, rb.data(), op.count);
-      Buffer& out = op.in_place ? sb : rb;
-      ps = via_rpc ? comm->SubmitAllReduce(sb, out, op.count, op.dtype, op.op, &op.handle)
-                   : comm->AllReduce(sb, out, op.count, op.dtype, op.op, &op.handle);
-    }
+    Status ps = testing::PostMixedOp(*comm, op.mix, send[op.slot], recv[op.slot], via_rpc, &op.handle);
     if (!ps.ok()) {
       std::fprintf(stderr, "rank %u: post failed: %s\n", rank, ps.ToString().c_str());
       ++failed;

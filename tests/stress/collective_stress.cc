@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "collectived/client.h"
-#include "tests/support/exact_data.h"
+#include "tests/support/op_mix.h"
 
 using namespace collectived;
 
@@ -55,13 +55,8 @@ std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
 
 struct Op {
   uint64_t index = 0;
-  bool gather = false;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  uint64_t count = 0;
-  bool in_place = false;
+  testing::MixedOp mix;
   int slot = 0;
-  uint64_t seed = 0;
   Handle handle;
   int64_t seen_ns = 0;  // when this rank saw completion
 };
@@ -174,9 +169,6 @@ Totals RunMode(Client& client, ExecutionMode mode, const std::string& key, int r
       return t;
     }
   }
-  static const DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-                                    DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
-  static const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
   std::mt19937_64 rng(seed);  // same on every rank: same op sequence
   std::mt19937_64 skew(seed * 31 + rank);
   ExtraWaiters extra;
@@ -186,11 +178,9 @@ Totals RunMode(Client& client, ExecutionMode mode, const std::string& key, int r
   auto finish = [&](Op& op) {
     Status st = op.handle.Wait();
     op.seen_ns = NowNs();
-    const void* out = op.in_place && !op.gather ? send[op.slot].data() : recv[op.slot].data();
     uint64_t wrong = 0;
     if (st.ok()) {
-      wrong = op.gather ? testing::CountWrongAllGather(op.dtype, world, op.seed, out, op.count)
-                        : testing::CountWrongAllReduce(op.dtype, op.op, world, op.seed, out, op.count);
+      wrong = testing::CountWrongMixedOp(op.mix, world, send[op.slot], recv[op.slot]);
     } else if (t.failed < 3) {
       std::fprintf(stderr, "rank %d: op %llu failed: %s\n", rank, (unsigned long long)op.index, st.ToString().c_str());
     }
@@ -220,38 +210,14 @@ Totals RunMode(Client& client, ExecutionMode mode, const std::string& key, int r
       if (!go) break;
     }
     Op op;
-    op.gather = rng() % 4 == 0;
-    op.dtype = kTypes[rng() % 7];
-    do {
-      op.op = kOps[rng() % 5];
-    } while (!IsValidReduction(op.dtype, op.op));
-    if (op.gather) op.op = ReduceOp::kUnspecified;
-    op.count = 1 + rng() % max_count;
-    op.in_place = rng() % 2 == 0;
+    op.mix = testing::NextMixedOp(rng, max_count, seed, k);
     op.slot = k % window;
-    op.seed = seed * 1000003 + k;
     if (static_cast<int>(inflight.size()) == window) {
       finish(inflight.front());
       inflight.pop_front();
     }
     if (skew_us > 0 && skew() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(skew() % skew_us));
-    const size_t es = DataTypeSize(op.dtype);
-    Buffer& sb = send[op.slot];
-    Buffer& rb = recv[op.slot];
-    if (op.gather) {
-      testing::Poison(op.dtype, rb.data(), op.count * world);
-      if (op.in_place) {
-        testing::FillInput(op.dtype, op.op, rank, op.seed, rb.as<uint8_t>() + rank * op.count * es, op.count);
-        s = comm->AllGather(BufferSpan(rb, rank * op.count * es), rb, op.count, op.dtype, &op.handle);
-      } else {
-        testing::FillInput(op.dtype, op.op, rank, op.seed, sb.data(), op.count);
-        s = comm->AllGather(sb, rb, op.count, op.dtype, &op.handle);
-      }
-    } else {
-      testing::FillInput(op.dtype, op.op, rank, op.seed, sb.data(), op.count);
-      if (!op.in_place) testing::Poison(op.dtype, rb.data(), op.count);
-      s = comm->AllReduce(sb, op.in_place ? sb : rb, op.count, op.dtype, op.op, &op.handle);
-    }
+    s = testing::PostMixedOp(*comm, op.mix, send[op.slot], recv[op.slot], false, &op.handle);
     if (!s.ok()) {
       std::fprintf(stderr, "rank %d: post failed: %s\n", rank, s.ToString().c_str());
       t.failed++;
