@@ -204,6 +204,7 @@ int main(int argc, char** argv) {
     if (drain_deadline != 0 && (registry.session_count() == 0 || now >= drain_deadline)) break;
   }
   spdlog::info("shutting down ({} sessions left)", registry.session_count());
+  registry.CancelPendingJoins("collectived is shutting down");  // no reactor may stay unfinished
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   fd_server.Stop();
   unlink(cfg.socket_path.c_str());

@@ -50,9 +50,9 @@ struct Registry::Comm {
   ring::CommSegment seg;
   std::vector<uint64_t> members;  // session per rank, 0 = none
   std::vector<JoinDone> pending;  // per rank, until formed
+  std::vector<int64_t> join_deadline_ns;  // per rank: when its join gives up
   uint32_t joined = 0;
   bool formed = false;
-  int64_t join_deadline_ns = 0;
   std::shared_ptr<CommResolver> resolver;  // shared: stopping executors outlive the Comm
   std::vector<std::unique_ptr<host::RankExecutor>> executors;  // daemon-executed only
 };
@@ -275,7 +275,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         c->op_timeout_ms = timeout_ms;
         c->members.assign(req.world_size, 0);
         c->pending.resize(req.world_size);
-        c->join_deadline_ns = ring::NowNs() + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
+        c->join_deadline_ns.assign(req.world_size, 0);
         ring::SegmentParams params;
         params.world_size = req.world_size;
         params.ring_depth = config_.ring_depth;
@@ -327,6 +327,9 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
       }
       comm->members[req.rank] = req.session_id;
       comm->pending[req.rank] = std::move(done);
+      const uint32_t join_ms = req.join_timeout_ms != 0 && req.join_timeout_ms < config_.join_timeout_ms
+                                   ? req.join_timeout_ms : config_.join_timeout_ms;
+      comm->join_deadline_ns[req.rank] = ring::NowNs() + static_cast<int64_t>(join_ms) * 1000000;
       comm->joined++;
       sit->second->memberships.insert({comm->id, req.rank});
       if (comm->joined < comm->world_size) return Status::Ok();
@@ -353,6 +356,33 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
   if (!error.ok()) {
     done(error, JoinResult{});
     return;
+  }
+  for (auto& f : after) f();
+}
+
+void Registry::WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after) {
+  if (comm.pending[rank]) {
+    after->push_back([d = std::move(comm.pending[rank]), status] { d(status, JoinResult{}); });
+    comm.pending[rank] = nullptr;
+  }
+  LeaveLocked(comm, rank, status.message(), after);  // may drop `comm` (the last member)
+}
+
+void Registry::CancelPendingJoins(const std::string& why) {
+  Deferred after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<uint64_t, uint32_t>> pending;
+    for (auto& [id, c] : comms_) {
+      if (c->formed) continue;
+      for (uint32_t r = 0; r < c->world_size; ++r) {
+        if (c->pending[r]) pending.push_back({id, r});
+      }
+    }
+    for (const auto& [id, r] : pending) {
+      auto cit = comms_.find(id);
+      if (cit != comms_.end()) WithdrawJoinLocked(*cit->second, r, Status::Unavailable(why), &after);
+    }
   }
   for (auto& f : after) f();
 }
@@ -431,7 +461,7 @@ Status Registry::DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint
 Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc,
                         uint64_t* index) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Comm* comm = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
   if (comm->mode != ExecutionMode::kDaemon) {
@@ -462,8 +492,15 @@ Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ri
                                      std::to_string(seg.ring_depth()) + " ops in flight)");
   }
   desc.algorithm = ring::ChooseAlgorithm(desc.kind, in_bytes, seg.header().one_shot_max_bytes);
-  ring::WaitContext ctx{&seg, nullptr, ring::NowNs() + 1'000'000'000LL};
-  return ring::PostOp(seg, rank, desc, ctx, index);
+  // Post outside the lock: if another poster of this rank took the last free
+  // slot, PostOp waits for the rank's executor, which needs this lock to
+  // resolve buffers. The window keeps the segment mapped meanwhile.
+  std::shared_ptr<ipc::ShmWindow> keep = comm->window;
+  const ring::CommSegment posted_seg = seg;
+  lock.unlock();
+  ring::WaitContext ctx{&posted_seg, nullptr,
+                        ring::NowNs() + static_cast<int64_t>(posted_seg.header().op_timeout_ns)};
+  return ring::PostOp(posted_seg, rank, desc, ctx, index);
 }
 
 Status Registry::QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t index, bool* done,
@@ -510,29 +547,28 @@ void Registry::Housekeeping() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = ring::NowNs();
-    std::vector<uint64_t> expired;
+    // A member whose join waited past its deadline gets DEADLINE_EXCEEDED and
+    // is withdrawn, so a client that gave up never becomes a phantom member.
+    std::vector<std::pair<uint64_t, uint32_t>> expired;
     for (auto& [id, c] : comms_) {
-      if (!c->formed && now >= c->join_deadline_ns) expired.push_back(id);
+      if (c->formed) continue;
+      for (uint32_t r = 0; r < c->world_size; ++r) {
+        if (c->pending[r] && now >= c->join_deadline_ns[r]) expired.push_back({id, r});
+      }
     }
-    for (uint64_t id : expired) {
-      Comm& c = *comms_.at(id);
+    for (const auto& [id, r] : expired) {
+      auto cit = comms_.find(id);
+      if (cit == comms_.end()) continue;
+      Comm& c = *cit->second;
       std::string missing;
-      for (uint32_t r = 0; r < c.world_size; ++r) {
-        if (c.members[r] == 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+      for (uint32_t k = 0; k < c.world_size; ++k) {
+        if (c.members[k] == 0) missing += (missing.empty() ? "" : ",") + std::to_string(k);
       }
       const std::string msg = "only " + std::to_string(c.joined) + " of " + std::to_string(c.world_size) +
-                              " ranks joined '" + c.key + "' within " + std::to_string(config_.join_timeout_ms) +
-                              " ms (missing ranks " + missing + ")";
+                              " ranks joined '" + c.key + "' before rank " + std::to_string(r) +
+                              "'s join timed out (missing ranks " + missing + ")";
       spdlog::warn("{}", msg);
-      for (uint32_t r = 0; r < c.world_size; ++r) {
-        if (c.pending[r]) {
-          after.push_back([d = std::move(c.pending[r]), msg] { d(Status::DeadlineExceeded(msg), JoinResult{}); });
-          c.pending[r] = nullptr;
-        }
-      }
-      for (uint32_t r = 0; r < c.world_size; ++r) {
-        if (c.members[r] != 0) LeaveLocked(c, r, "join expired", &after);  // drops c with the last one
-      }
+      WithdrawJoinLocked(c, r, Status::DeadlineExceeded(msg), &after);
     }
     // A session whose fd connection never came is a lease that never started.
     for (auto& [id, s] : sessions_) {

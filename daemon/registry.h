@@ -30,6 +30,7 @@ struct JoinRequest {
   uint32_t rank = 0;
   ExecutionMode mode = ExecutionMode::kDefault;
   uint32_t op_timeout_ms = 0;
+  uint32_t join_timeout_ms = 0;  // this member's; 0 or above the daemon's: the daemon's
 };
 
 struct JoinResult {
@@ -81,6 +82,8 @@ class Registry {
   void FillStats(v1::GetStatsResponse* out);
   // Expires joins past their deadline. Called periodically.
   void Housekeeping();
+  // Fails every join still waiting (UNAVAILABLE), before the server shuts down.
+  void CancelPendingJoins(const std::string& why);
 
   void SetDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
@@ -95,6 +98,8 @@ class Registry {
   using Deferred = std::vector<std::function<void()>>;  // run after mu_ is released
   // REQUIRES: mu_ held. Removes `rank` of `comm` (leaving or dead).
   void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after);
+  // REQUIRES: mu_ held; `comm` still forming. Answers rank's join with `status` and withdraws it.
+  void WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after);
   Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
   void CleanupSession(uint64_t session_id, const std::string& why);
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);

@@ -116,6 +116,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
   j.rank = req->rank();
   j.mode = static_cast<ExecutionMode>(req->mode());
   j.op_timeout_ms = req->op_timeout_ms();
+  j.join_timeout_ms = req->join_timeout_ms();
   // Finished when the last member joins, or on error/expiry (Registry::Join
   // calls back exactly once).
   registry_->Join(j, [reactor, resp](const Status& s, const JoinResult& r) {

@@ -23,9 +23,10 @@ Status PostOp(const CommSegment& seg, uint32_t rank, const OpDescriptor& desc, c
     }
   }
   RingSlot& slot = seg.slot(rank, i);
+  // The slot's status text still belongs to op i - depth until the executor
+  // of op i writes its own: a late reader of that old op's text checks
+  // ready_seq after copying it (see CompletedOpStatus).
   slot.desc = desc;
-  slot.status_code = 0;
-  slot.status_message[0] = '\0';
   PublishWord(slot.ready_seq, i + 1);
   *index = i;
   return Status::Ok();
@@ -52,14 +53,22 @@ Status CompletedOpStatus(const CommSegment& seg, uint32_t rank, uint64_t index) 
     return Status::FailedPrecondition("status of op " + std::to_string(index) + " is no longer kept (only the last " +
                                       std::to_string(kStatusHistory) + " ops are)");
   }
-  const auto code = static_cast<StatusCode>(rec.code.load(std::memory_order_relaxed));
+  const auto code = static_cast<StatusCode>(rec.code.load(std::memory_order_acquire));
+  if (rec.seq.load(std::memory_order_acquire) != index + 1) {  // the record moved on while we read the code
+    return Status::FailedPrecondition("status of op " + std::to_string(index) + " is no longer kept");
+  }
   if (code == StatusCode::kOk) return Status::Ok();
-  // The text lives in the ring slot, which a later op may have taken.
+  // The text lives in the ring slot, which op index + depth takes over: copy
+  // it, then keep the copy only if the slot still belonged to this op.
   const RingSlot& slot = seg.slot(rank, index);
   std::string message = "op " + std::to_string(index) + " failed";
-  if (slot.ready_seq.load(std::memory_order_acquire) == index + 1) message = slot.status_message;
-  // Re-check: if the record moved on while we read, the text may be another op's.
-  if (rec.seq.load(std::memory_order_acquire) != index + 1) message = "op " + std::to_string(index) + " failed";
+  if (slot.ready_seq.load(std::memory_order_acquire) == index + 1) {
+    char copy[kMessageBytes];
+    std::memcpy(copy, slot.status_message, kMessageBytes);
+    copy[kMessageBytes - 1] = '\0';
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.ready_seq.load(std::memory_order_relaxed) == index + 1) message = copy;
+  }
   return Status(code, message);
 }
 

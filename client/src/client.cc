@@ -234,6 +234,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   req.set_rank(options.rank);
   req.set_mode(static_cast<v1::ExecutionMode>(options.mode));
   req.set_op_timeout_ms(options.op_timeout_ms);
+  req.set_join_timeout_ms(options.join_timeout_ms > 0 ? options.join_timeout_ms : 0);
   v1::CreateCommunicatorResponse resp;
   auto ctx = NewContext(options.join_timeout_ms + options_.rpc_timeout_ms);
   COLLECTIVED_RETURN_IF_ERROR(FromGrpcStatus(stub_->CreateCommunicator(ctx.get(), req, &resp)));

@@ -17,14 +17,16 @@ Status Handle::Wait(int timeout_ms) const {
     std::lock_guard<std::mutex> lock(h.mu);
     if (h.known) return h.status;
   }
-  const int ms = timeout_ms < 0 ? h.default_timeout_ms : timeout_ms;
-  ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + static_cast<int64_t>(ms) * 1000000};
+  const int64_t ms = timeout_ms < 0 ? h.default_timeout_ms : timeout_ms;
+  ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + ms * 1000000};
   Status s = ring::WaitOpDone(h.seg, h.rank, h.index, ctx);
   if (ring::IsOpDone(h.seg, h.rank, h.index)) {
+    // Cache the op's own status, not this wait's: a wait that timed out just
+    // before the op completed must not turn a success into a failure.
     std::lock_guard<std::mutex> lock(h.mu);
     if (!h.known) {
       h.known = true;
-      h.status = s;
+      h.status = ring::CompletedOpStatus(h.seg, h.rank, h.index);
     }
     return h.status;
   }
@@ -143,7 +145,7 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
   state->seg = seg_;
   state->rank = rank_;
   state->index = index;
-  state->default_timeout_ms = OpTimeoutMs() + 5000;
+  state->default_timeout_ms = OpTimeoutMs() + 5000;  // int64: no overflow for any uint32 op timeout
   *handle = Handle();
   handle->state_ = std::move(state);
   return Status::Ok();
@@ -154,8 +156,10 @@ Status CommunicatorImpl::Destroy() {
   destroyed_ = true;
   // Let this rank's posted ops finish (or fail) before leaving.
   const uint64_t posted = seg_.control(rank_).next_index.value.load(std::memory_order_acquire);
-  ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.header().op_timeout_ns) +
-                                              5'000'000'000LL};
+  // An abort ends the wait too: an index taken but never published (its post
+  // failed) would otherwise hold Destroy for the whole op timeout.
+  ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.header().op_timeout_ns) +
+                                            5'000'000'000LL};
   Status drained = posted == 0 ? Status::Ok()
                                : ring::WaitAtLeast(seg_.control(rank_).completed.value, posted, ctx,
                                                    "this rank's ops to finish before destroy");

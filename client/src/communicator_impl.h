@@ -16,7 +16,7 @@ struct HandleState {
   ring::CommSegment seg;
   uint32_t rank = 0;
   uint64_t index = 0;
-  int default_timeout_ms = 0;
+  int64_t default_timeout_ms = 0;
   std::mutex mu;
   bool known = false;  // `status` is final
   Status status;
@@ -43,7 +43,7 @@ class CommunicatorImpl : public host::BufferResolver {
   const ring::CommSegment& segment() const { return seg_; }
 
  private:
-  int OpTimeoutMs() const { return static_cast<int>(seg_.header().op_timeout_ns / 1000000); }
+  int64_t OpTimeoutMs() const { return static_cast<int64_t>(seg_.header().op_timeout_ns / 1000000); }
 
   std::shared_ptr<ClientImpl> client_;
   uint64_t comm_id_;

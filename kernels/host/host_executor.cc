@@ -153,6 +153,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     return final;
   };
 
+  seg.slot(rank, index).status_message[0] = '\0';  // this op's text (a prologue failure writes it)
   ring::StatusRecord& trace = seg.status_record(rank, index);
   trace.reads_done_ns.store(0, std::memory_order_relaxed);
   trace.output_done_ns.store(0, std::memory_order_relaxed);

@@ -218,6 +218,56 @@ TEST_F(DaemonTest, MismatchedOpFailsOnEveryRankAndTheCommunicatorGoesOn) {
   for (const auto& r : c.ranks()) EXPECT_EQ(r.completed(), 2u);
 }
 
+// A wait that times out before the op completes must not become the op's
+// status: once the op completes, waits report its own (OK) status.
+TEST_F(DaemonTest, ShortWaitTimeoutIsNotTheOpsStatus) {
+  auto c0 = daemon_.Connect(), c1 = daemon_.Connect();
+  std::unique_ptr<Communicator> m0, m1;
+  std::thread t([&] { m1 = Join(*c1, "short-wait", 2, 1); });
+  m0 = Join(*c0, "short-wait", 2, 0);
+  t.join();
+  Buffer b0, b1;
+  ASSERT_TRUE(c0->AllocBuffer(4096, &b0).ok());
+  ASSERT_TRUE(c1->AllocBuffer(4096, &b1).ok());
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 0, 4, b0.data(), 1024);
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 1, 4, b1.data(), 1024);
+  Handle h0, h1;
+  ASSERT_TRUE(m0->AllReduce(b0, b0, 1024, DataType::kFloat32, ReduceOp::kSum, &h0).ok());
+  EXPECT_EQ(h0.Wait(20).code(), StatusCode::kDeadlineExceeded);  // rank 1 has not posted yet
+  ASSERT_TRUE(m1->AllReduce(b1, b1, 1024, DataType::kFloat32, ReduceOp::kSum, &h1).ok());
+  EXPECT_TRUE(h0.Wait().ok());
+  EXPECT_TRUE(h0.Wait(0).ok());
+  EXPECT_TRUE(h1.Wait().ok());
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 2, 4, b0.data(), 1024), 0u);
+}
+
+// A member whose join timed out is withdrawn: it never becomes a phantom
+// member, and the key can be joined again by everyone.
+TEST_F(DaemonTest, TimedOutJoinIsWithdrawn) {
+  auto c0 = daemon_.Connect(), c1 = daemon_.Connect();
+  CommunicatorOptions o;
+  o.key = "retry";
+  o.world_size = 2;
+  o.rank = 0;
+  o.join_timeout_ms = 200;  // shorter than the daemon's 2000
+  std::unique_ptr<Communicator> comm;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = c0->CreateCommunicator(o, &comm);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  std::unique_ptr<Communicator> m0, m1;
+  std::thread t([&] { m1 = Join(*c1, "retry", 2, 1); });
+  m0 = Join(*c0, "retry", 2, 0);
+  t.join();
+  ASSERT_NE(m0, nullptr);
+  ASSERT_NE(m1, nullptr);
+  std::atomic<uint64_t> wrong{0};
+  std::thread t1([&] { wrong += SumAllReduce(*c1, *m1, 333, 8); });
+  wrong += SumAllReduce(*c0, *m0, 333, 8);
+  t1.join();
+  EXPECT_EQ(wrong.load(), 0u);
+}
+
 TEST_F(DaemonTest, JoinErrorsAreSpecific) {
   auto c = daemon_.Connect();
   Status s;
