@@ -11,6 +11,9 @@
 //   collective-bench [-t all_reduce|all_gather] [-g ranks] [-b 16M] [-e 1G] [-f 2]
 //                    [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]
 //                    [-p single|post]   (one launch per op, or post + collective + complete)
+//                    [-B 1]             (blocks per SM shared by the ranks' kernels; 2 is experimental:
+//                                        residency is not guaranteed, a run may end in a device deadline)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -77,6 +80,7 @@ struct Options {
   ReduceOp op = ReduceOp::kSum;
   std::string algo = "auto";
   bool single_launch = true;  // -p single|post
+  int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B: blocks per SM shared by the ranks
 };
 
 class Runner {
@@ -183,6 +187,7 @@ int main(int argc, char** argv) {
     else if (f == "-G") o.graph = std::atoi(v);
     else if (f == "-a") o.algo = v;
     else if (f == "-p") o.single_launch = std::string(v) != "post";
+    else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench/collective_bench.cc)\n", f.c_str());
       return 2;
@@ -195,7 +200,8 @@ int main(int argc, char** argv) {
   }
   int sms = 0;
   gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0);
-  const uint32_t blocks = std::max<uint32_t>(1, std::min<uint32_t>(device::kMaxBlocks, sms / o.ranks));
+  const uint32_t blocks =
+      std::max<uint32_t>(1, std::min<uint32_t>(device::kMaxBlocks, o.blocks_per_sm * sms / o.ranks));
   const size_t es = DataTypeSize(o.dtype);
   const uint32_t n = o.ranks;
   testing::VirtualRanks vr;

@@ -31,6 +31,14 @@ namespace collectived::device {
 
 constexpr uint32_t kMaxDeviceRanks = 16;
 constexpr uint32_t kMaxBlocks = 128;
+// Blocks per SM that ranks sharing a GPU may launch together: every block of
+// every rank must be resident at once, since they spin on each other. One per
+// SM is the tested setting. Two per SM measured +9 points of the copy ceiling
+// at 1 GiB (bench/RESULTS.md), but with the ranks filling every slot the GPU
+// tests hit their deadline: not every block was resident. Until the real
+// residency is queried (cudaOccupancyMaxActiveBlocksPerMultiprocessor) and
+// some slack kept, the default stays 1.
+constexpr uint32_t kResidentBlocksPerSm = 1;
 constexpr uint32_t kBarrierPhases = 2;  // start, end
 // Words of barrier flags a communicator needs.
 constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxDeviceRanks * kMaxBlocks;

@@ -29,8 +29,8 @@ uint32_t BlocksFor(uint32_t world) {
   int dev = 0, sms = 0;
   gpuGetDevice(&dev);
   gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev);
-  // Every rank's kernel must be resident at once: share the SMs.
-  return std::max<uint32_t>(1, std::min<uint32_t>(kMaxBlocks, sms / world));
+  // Every rank's kernel must be resident at once: share the SMs' block slots.
+  return std::max<uint32_t>(1, std::min<uint32_t>(kMaxBlocks, kResidentBlocksPerSm * sms / world));
 }
 
 constexpr DataType kTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
