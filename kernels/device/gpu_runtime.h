@@ -5,13 +5,22 @@
 #define COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_
 
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
-#include <hip/hip_bf16.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+#if __has_include(<hip/hip_bf16.h>)  // ROCm 6+
+#include <hip/hip_bf16.h>
+using gpu_bfloat16 = __hip_bfloat16;
+#define gpuBFloat16ToFloat __bfloat162float
+#define gpuFloatToBFloat16 __float2bfloat16
+#else  // ROCm 5 (Debian 12): hip_bfloat16, round-to-nearest-even from float
+#include <hip/hip_bfloat16.h>
+using gpu_bfloat16 = hip_bfloat16;
+__host__ __device__ inline float gpuBFloat16ToFloat(hip_bfloat16 v) { return static_cast<float>(v); }
+__host__ __device__ inline hip_bfloat16 gpuFloatToBFloat16(float f) { return hip_bfloat16::round_to_bfloat16(f); }
+#endif
 using gpuError_t = hipError_t;
 using gpuStream_t = hipStream_t;
 using gpu_half = __half;
-using gpu_bfloat16 = __hip_bfloat16;
 #define gpuSuccess hipSuccess
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetLastError hipGetLastError
@@ -30,8 +39,6 @@ using gpu_bfloat16 = __hip_bfloat16;
 #define gpuGetDevice hipGetDevice
 #define gpuHalfToFloat __half2float
 #define gpuFloatToHalf __float2half_rn
-#define gpuBFloat16ToFloat __bfloat162float
-#define gpuFloatToBFloat16 __float2bfloat16
 #define gpuMemset hipMemset
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuStreamNonBlocking hipStreamNonBlocking
