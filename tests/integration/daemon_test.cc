@@ -501,6 +501,45 @@ TEST(DaemonLifecycleTest, DrainRefusesNewWorkAndSigtermStops) {
   EXPECT_FALSE(std::filesystem::exists(d.socket()));
 }
 
+// collectivectl, as an operator uses it: health exit codes, JSON stats, drain.
+TEST(DaemonLifecycleTest, CollectivectlHealthStatsAndDrain) {
+  Daemon d;
+  ASSERT_TRUE(d.ready());
+  auto ctl = [&](std::vector<std::string> args, int* rc) {
+    std::vector<std::string> argv = {COLLECTIVECTL_BIN, "--socket", d.socket()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    testing::Process p(argv, d.dir() + "/ctl.log");
+    *rc = p.Wait(10000);
+    return p.Output();
+  };
+  int rc = -1;
+  EXPECT_EQ(ctl({"health"}, &rc), "SERVING\n");
+  EXPECT_EQ(rc, 0);
+  // A communicator with one completed op shows up in JSON stats.
+  {
+    auto c = d.Connect();
+    auto comm = Join(*c, "ctl-json", 1, 0);
+    EXPECT_EQ(SumAllReduce(*c, *comm, 64, 1), 0u);
+    const std::string json = ctl({"-o", "json", "stats"}, &rc);
+    EXPECT_EQ(rc, 0);
+    EXPECT_NE(json.find("\"key\":\"ctl-json\""), std::string::npos) << json;
+    EXPECT_NE(json.find("\"completed\":1"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"sessions\":1"), std::string::npos) << json;
+  }
+  const std::string version = ctl({"version"}, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(version.find("API v1."), std::string::npos) << version;
+  EXPECT_EQ(ctl({"drain"}, &rc), "draining\n");
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(ctl({"health"}, &rc), "NOT_SERVING\n");
+  EXPECT_EQ(rc, 1);
+  // Against no daemon: a clear failure, not a hang.
+  testing::Process none({COLLECTIVECTL_BIN, "--socket", d.dir() + "/nobody.sock", "--timeout-ms", "500", "health"},
+                        d.dir() + "/none.log");
+  EXPECT_EQ(none.Wait(10000), 1);
+  EXPECT_NE(none.Output().find("health check failed"), std::string::npos) << none.Output();
+}
+
 TEST(DaemonLifecycleTest, BadFlagsAreRefused) {
   testing::TempDir dir;
   for (std::vector<std::string> flags : {std::vector<std::string>{"--ring-depth", "6"},
