@@ -34,6 +34,7 @@ class CommResolver : public host::BufferResolver {
   Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) override {
     return registry_->ResolveBuffer(comm_id_, rank, buffer_id, offset, bytes, ptr);
   }
+  bool ResolvesPeers() const override { return true; }
 
  private:
   Registry* registry_;

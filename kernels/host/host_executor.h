@@ -32,6 +32,10 @@ class BufferResolver {
  public:
   virtual ~BufferResolver() = default;
   virtual Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) = 0;
+  // True when Resolve works for every rank's buffers (the daemon maps them
+  // all): executors then read peers' inputs in place instead of copying each
+  // input into its slot first.
+  virtual bool ResolvesPeers() const { return false; }
 };
 
 // Runs op `index` of `rank` and completes it in the ring. Returns its status.

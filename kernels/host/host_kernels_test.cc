@@ -82,8 +82,11 @@ TEST(ReduceTest, OutputMayAliasAnInput) {
 
 class LocalComm : public BufferResolver {
  public:
-  LocalComm(uint32_t world, uint64_t max_bytes, uint64_t one_shot_max, uint64_t timeout_ms = 5000) {
+  LocalComm(uint32_t world, uint64_t max_bytes, uint64_t one_shot_max, uint64_t timeout_ms = 5000,
+            int32_t delay_rank = -1, uint32_t delay_us = 0) {
     ring::SegmentParams p;
+    p.debug_delay_rank = delay_rank;
+    p.debug_delay_us = delay_us;
     p.world_size = world;
     p.ring_depth = 8;
     p.max_message_bytes = max_bytes;
@@ -113,13 +116,18 @@ class LocalComm : public BufferResolver {
   }
   Status Resolve(uint32_t rank, uint64_t id, uint64_t offset, uint64_t bytes, void** ptr) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = buffers_.find({rank, id});
+    auto it = buffers_.find({rank, id & 0xffffffffu});  // Post makes ids unique per rank, as the daemon's are
     if (it == buffers_.end()) return Status::NotFound("buffer " + std::to_string(id) + " unknown");
     if (offset + bytes > it->second.size()) return Status::InvalidArgument("range outside buffer");
     *ptr = it->second.data() + offset;
     return Status::Ok();
   }
+  bool ResolvesPeers() const override { return zero_copy; }
+  bool zero_copy = false;  // read peers' buffers in place, as the daemon's executors do
+
   Status Post(uint32_t rank, ring::OpDescriptor d, uint64_t* index) {
+    d.send_buffer_id |= static_cast<uint64_t>(rank + 1) << 32;
+    d.recv_buffer_id |= static_cast<uint64_t>(rank + 1) << 32;
     d.algorithm = ring::ChooseAlgorithm(d.kind, d.count * DataTypeSize(d.dtype), seg.header().one_shot_max_bytes);
     ring::WaitContext ctx{&seg, nullptr, ring::NowNs() + 5'000'000'000};
     return ring::PostOp(seg, rank, d, ctx, index);
@@ -156,12 +164,15 @@ ring::OpDescriptor Desc(CollectiveKind kind, DataType dt, ReduceOp op, uint64_t 
 // are uneven), in place and out of place; all-gather in and out of place.
 TEST(HostExecutorTest, AllCollectivesEveryTypeBothAlgorithmsBothPlacements) {
   for (uint32_t n : {2u, 3u, 4u}) {
-    LocalComm comm(n, 64 * 1024, /*one_shot_max=*/4096);
+   for (bool zero_copy : {false, true}) {
+    LocalComm comm(n, 128 * 1024, /*one_shot_max=*/4096);
+    comm.zero_copy = zero_copy;
     comm.StartExecutors();
     uint64_t seed = 1;
     for (DataType dt : kAllTypes) {
       const size_t es = DataTypeSize(dt);
-      for (uint64_t count : {uint64_t{1}, uint64_t{37}, uint64_t{4096 / es + 7}}) {  // one-shot..two-shot
+      // one-shot, two-shot, and (above 64 KiB) zero copy when the resolver allows it
+      for (uint64_t count : {uint64_t{1}, uint64_t{37}, uint64_t{4096 / es + 7}, uint64_t{65536 / es + 3}}) {
         for (ReduceOp op : kAllOps) {
           if (!IsValidReduction(dt, op)) continue;
           for (bool in_place : {false, true}) {
@@ -207,6 +218,56 @@ TEST(HostExecutorTest, AllCollectivesEveryTypeBothAlgorithmsBothPlacements) {
     }
     EXPECT_EQ(comm.seg.header().ops_failed.load(), 0u);
     EXPECT_EQ(comm.seg.header().ops_completed.load(), comm.seg.header().ops_matched.load());
+   }
+  }
+}
+
+// Zero copy in place, small (one-shot-sized) messages, one reader 2 ms late:
+// a one-shot would let the fast rank overwrite its input (its output) before
+// the late rank read it. The executor must use a plan that cannot.
+TEST(HostExecutorTest, ZeroCopyInPlaceSurvivesADelayedReader) {
+  const uint32_t n = 3;
+  LocalComm comm(n, 256 * 1024, /*one_shot_max=*/256 * 1024, 5000, /*delay_rank=*/1, /*delay_us=*/2000);
+  comm.zero_copy = true;
+  comm.StartExecutors();
+  for (int trial = 0; trial < 5; ++trial) {
+    const uint64_t count = 20000 + trial;  // 80 KB: zero copy, one-shot sized
+    std::vector<uint64_t> idx(n);
+    std::vector<uint8_t*> buf(n);
+    for (uint32_t r = 0; r < n; ++r) {
+      buf[r] = comm.AddBuffer(r, 1, count * 4);
+      testing::FillInput(DataType::kFloat32, ReduceOp::kSum, r, trial, buf[r], count);
+      ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, count, 1, 0, 1, 0),
+                            &idx[r]).ok());
+    }
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
+      EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, trial, buf[r], count), 0u)
+          << "trial " << trial << " rank " << r;
+    }
+  }
+}
+
+// Zero copy falls back to copying inputs into slots when a rank's send and
+// recv ranges partially overlap (reading in place would race with the writes).
+TEST(HostExecutorTest, PartialOverlapFallsBackToCopyIn) {
+  const uint32_t n = 2;
+  LocalComm comm(n, 256 * 1024, 1024);
+  comm.zero_copy = true;
+  comm.StartExecutors();
+  const uint64_t count = 20000;  // 80 KB, two-shot
+  std::vector<uint64_t> idx(n);
+  std::vector<uint8_t*> base(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    base[r] = comm.AddBuffer(r, 1, (count + 16) * 4);
+    testing::FillInput(DataType::kInt32, ReduceOp::kSum, r, 42, base[r], count);
+    // recv starts 16 elements after send: the ranges overlap partially.
+    ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, count, 1, 0, 1, 64),
+                          &idx[r]).ok());
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
+    EXPECT_EQ(testing::CountWrongAllReduce(DataType::kInt32, ReduceOp::kSum, n, 42, base[r] + 64, count), 0u);
   }
 }
 
