@@ -22,20 +22,15 @@
 #include <vector>
 
 #include "collectived/client.h"
+#include "tests/support/args.h"
 #include "tests/support/exact_data.h"
 
 using namespace collectived;
+using collectived::testing::Arg;
 
 namespace {
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
 
 void Die(const char* what, const Status& s) {
   std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());

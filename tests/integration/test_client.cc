@@ -19,18 +19,13 @@
 #include <vector>
 
 #include "collectived/client.h"
+#include "tests/support/args.h"
 #include "tests/support/op_mix.h"
 
 using namespace collectived;
+using collectived::testing::Arg;
 
 namespace {
-
-std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
 
 struct Op {
   testing::MixedOp mix;

@@ -34,9 +34,11 @@
 #include <vector>
 
 #include "collectived/client.h"
+#include "tests/support/args.h"
 #include "tests/support/op_mix.h"
 
 using namespace collectived;
+using collectived::testing::Arg;
 
 namespace {
 
@@ -44,13 +46,6 @@ int64_t NowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-std::string Arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
 }
 
 struct Op {
