@@ -98,9 +98,10 @@ void FdServer::Serve(int sock) {
         Reply(sock, Status::PermissionDenied("fetch before hello, or for another session"), 0, -1);
         continue;
       }
-      std::shared_ptr<ipc::ShmWindow> window;
+      WindowFd window;
       Status s = registry_->FetchWindow(session, req.arg, &window);
-      Reply(sock, s, s.ok() ? window->size() : 0, s.ok() ? window->fd() : -1);
+      Reply(sock, s, s.ok() ? window.size : 0, s.ok() ? window.fd : -1);
+      if (window.close_after_send && window.fd >= 0) close(window.fd);
     } else {
       Reply(sock, Status::InvalidArgument("unknown fd-socket request type"), 0, -1);
     }

@@ -17,6 +17,7 @@
 
 #include "daemon/daemon_config.h"
 #include "daemon/fd_server.h"
+#include "daemon/gpu_comm_memory.h"
 #include "daemon/mps.h"
 #include "daemon/registry.h"
 #include "daemon/service.h"
@@ -114,9 +115,21 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   spdlog::set_pattern(getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%d %H:%M:%S.%e [%l] %v");
 
-  if (cfg.backend == "cuda") {
-    spdlog::critical("backend 'cuda' is not available in this build of collectived; available backends: host");
-    return 2;
+  {
+    std::string why_not;
+    const bool cuda = collectived::daemon::CudaBackendAvailable(&why_not);
+    if (cfg.backend == "cuda" && !cuda) {
+      spdlog::critical("backend 'cuda' requested but unavailable: {}", why_not);
+      return 2;
+    }
+    if (cfg.backend != "auto" && cfg.backend != "cuda" && cfg.backend != "host") {
+      spdlog::critical("--backend must be auto, host or cuda, got '{}'", cfg.backend);
+      return 2;
+    }
+    if (cfg.backend == "auto") {
+      cfg.backend = cuda ? "cuda" : "host";
+      if (!cuda) spdlog::info("backend auto: host ({})", why_not);
+    }
   }
   if (cfg.ring_depth == 0 || (cfg.ring_depth & (cfg.ring_depth - 1)) != 0) {
     spdlog::critical("--ring-depth must be a power of two, got {}", cfg.ring_depth);
@@ -126,7 +139,6 @@ int main(int argc, char** argv) {
     spdlog::critical("--max-message-bytes must be a multiple of 8, got {}", cfg.max_message_bytes);
     return 2;
   }
-  cfg.backend = "host";
   if (cfg.unsafe_skip_end_barrier || cfg.unsafe_event_before_epilogue) {
     spdlog::critical("UNSAFE MODE: {}{}: this daemon re-creates seed bug classes for negative controls; results "
                      "may be WRONG. Never run it for real work.",

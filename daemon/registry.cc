@@ -5,6 +5,7 @@
 #include <random>
 #include <set>
 
+#include "daemon/gpu_comm_memory.h"
 #include "ring/matcher.h"
 #include "ring/op_ring.h"
 #include "ring/wait.h"
@@ -56,6 +57,12 @@ struct Registry::Comm {
   bool formed = false;
   std::shared_ptr<CommResolver> resolver;  // shared: stopping executors outlive the Comm
   std::vector<std::unique_ptr<host::RankExecutor>> executors;  // daemon-executed only
+  // GPU communicators: every rank's device, the heap size, and (once formed) the device memory.
+  bool gpu = false;
+  std::vector<std::string> device_uuids;
+  uint64_t gpu_heap_bytes = 0;
+  std::shared_ptr<GpuCommMemory> gpu_memory;
+  std::vector<uint64_t> gpu_window_ids;  // index w of gpu_memory -> window id
 };
 
 namespace {
@@ -136,23 +143,36 @@ Status Registry::BindConnection(uint64_t session_id, uint64_t token) {
 
 void Registry::ConnectionClosed(uint64_t session_id) { CleanupSession(session_id, "client disconnected"); }
 
-Status Registry::FetchWindow(uint64_t session_id, uint64_t window_id, std::shared_ptr<ipc::ShmWindow>* keep) {
+Status Registry::FetchWindow(uint64_t session_id, uint64_t window_id, WindowFd* out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto sit = sessions_.find(session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   Session& s = *sit->second;
-  auto bit = s.buffers.find(window_id);
-  if (bit != s.buffers.end()) {
-    *keep = bit->second.window;
+  auto borrow = [out](std::shared_ptr<ipc::ShmWindow> w) {
+    out->fd = w->fd();
+    out->size = w->size();
+    out->keep = std::move(w);
     return Status::Ok();
-  }
+  };
+  auto bit = s.buffers.find(window_id);
+  if (bit != s.buffers.end()) return borrow(bit->second.window);
+  auto is_member = [session_id](const Comm& c) {
+    for (uint64_t m : c.members) {
+      if (m == session_id) return true;
+    }
+    return false;
+  };
   auto cit = comms_.find(window_id);
-  if (cit != comms_.end()) {
-    for (uint64_t m : cit->second->members) {
-      if (m == session_id) {
-        *keep = cit->second->window;
-        return Status::Ok();
-      }
+  if (cit != comms_.end() && is_member(*cit->second)) return borrow(cit->second->window);
+  auto git = gpu_windows_.find(window_id);
+  if (git != gpu_windows_.end()) {
+    auto owner = comms_.find(git->second.first);
+    if (owner != comms_.end() && is_member(*owner->second) && owner->second->gpu_memory) {
+      const GpuCommMemory& mem = *owner->second->gpu_memory;
+      COLLECTIVED_RETURN_IF_ERROR(mem.ExportFd(git->second.second, &out->fd));
+      out->size = mem.window_bytes(git->second.second);
+      out->close_after_send = true;
+      return Status::Ok();
     }
   }
   return Status::NotFound("window " + std::to_string(window_id) + " is not one this session may map");
@@ -264,6 +284,27 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         return Status::InvalidArgument("unknown execution mode " + std::to_string(static_cast<uint32_t>(req.mode)));
       }
       const ExecutionMode mode = req.mode == ExecutionMode::kDefault ? ExecutionMode::kClient : req.mode;
+      const bool gpu = !req.device_uuid.empty();
+      if (gpu) {
+        if (config_.backend != "cuda") {
+          return Status::FailedPrecondition("this collectived serves the '" + config_.backend +
+                                            "' backend; GPU communicators need a daemon on the cuda backend");
+        }
+        if (mode == ExecutionMode::kDaemon) {
+          return Status::Unimplemented(
+              "daemon-executed GPU communicators are not available yet; use client-executed mode (the default)");
+        }
+        if (req.world_size > kMaxGpuRanks) {
+          return Status::InvalidArgument("world_size " + std::to_string(req.world_size) +
+                                         " above the GPU limit of " + std::to_string(kMaxGpuRanks));
+        }
+        if (req.gpu_heap_bytes > config_.max_buffer_bytes) {
+          return Status::ResourceExhausted("gpu_heap_bytes " + std::to_string(req.gpu_heap_bytes) +
+                                           " above the daemon's budget of " + std::to_string(config_.max_buffer_bytes));
+        }
+      } else if (req.gpu_heap_bytes != 0) {
+        return Status::InvalidArgument("gpu_heap_bytes needs a GPU communicator (set the device)");
+      }
       const uint32_t timeout_ms = req.op_timeout_ms == 0 ? config_.op_timeout_ms : req.op_timeout_ms;
       Comm* comm = nullptr;
       auto kit = comm_by_key_.find(req.key);
@@ -277,6 +318,9 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         c->members.assign(req.world_size, 0);
         c->pending.resize(req.world_size);
         c->join_deadline_ns.assign(req.world_size, 0);
+        c->gpu = gpu;
+        c->device_uuids.assign(req.world_size, "");
+        c->gpu_heap_bytes = req.gpu_heap_bytes;
         ring::SegmentParams params;
         params.world_size = req.world_size;
         params.ring_depth = config_.ring_depth;
@@ -325,8 +369,18 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         if (comm->members[req.rank] != 0) {
           return Status::AlreadyExists("rank " + std::to_string(req.rank) + " of '" + req.key + "' already joined");
         }
+        if (comm->gpu != gpu) {
+          return Status::InvalidArgument(std::string("this member is a ") + (gpu ? "GPU" : "host") +
+                                         " rank, earlier members of '" + req.key + "' are " +
+                                         (comm->gpu ? "GPU" : "host") + " ranks");
+        }
+        if (comm->gpu_heap_bytes != req.gpu_heap_bytes) {
+          return Status::InvalidArgument("gpu_heap_bytes " + std::to_string(req.gpu_heap_bytes) + " differs from " +
+                                         std::to_string(comm->gpu_heap_bytes) + " of earlier members");
+        }
       }
       comm->members[req.rank] = req.session_id;
+      comm->device_uuids[req.rank] = req.device_uuid;
       comm->pending[req.rank] = std::move(done);
       const uint32_t join_ms = req.join_timeout_ms != 0 && req.join_timeout_ms < config_.join_timeout_ms
                                    ? req.join_timeout_ms : config_.join_timeout_ms;
@@ -335,6 +389,19 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
       sit->second->memberships.insert({comm->id, req.rank});
       if (comm->joined < comm->world_size) return Status::Ok();
 
+      if (comm->gpu) {
+        Status formed = FormGpuLocked(*comm);
+        if (!formed.ok()) {
+          // Every member gets the reason; the last one to leave drops the communicator.
+          const uint64_t id = comm->id;
+          for (uint32_t r = 0; r < req.world_size; ++r) {
+            auto cit = comms_.find(id);
+            if (cit == comms_.end()) break;
+            if (cit->second->members[r] != 0) WithdrawJoinLocked(*cit->second, r, formed, &after);
+          }
+          return Status::Ok();  // answered through the withdrawn joins
+        }
+      }
       comm->formed = true;
       comm_by_key_.erase(comm->key);  // the key may be used again for a new communicator
       if (comm->mode == ExecutionMode::kDaemon) {
@@ -344,7 +411,25 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
           comm->executors.back()->Start();
         }
       }
-      JoinResult result{comm->id, comm->id, comm->window->size(), comm->mode};
+      JoinResult result;
+      result.comm_id = comm->id;
+      result.window_id = comm->id;
+      result.window_bytes = comm->window->size();
+      result.mode = comm->mode;
+      if (comm->gpu) {
+        const GpuCommMemory& mem = *comm->gpu_memory;
+        result.gpu = true;
+        result.gpu_slot_bytes = mem.slot_bytes();
+        result.gpu_heap_bytes = mem.heap_bytes();
+        for (uint32_t w = 0; w < mem.window_count(); ++w) {
+          GpuWindowInfo info{comm->gpu_window_ids[w], mem.window_bytes(w), mem.window_device(w)};
+          if (w == 0) {
+            result.gpu_control = info;
+          } else {
+            result.gpu_ranks.push_back(info);
+          }
+        }
+      }
       for (auto& d : comm->pending) {
         after.push_back([d = std::move(d), result] { d(Status::Ok(), result); });
       }
@@ -359,6 +444,22 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
     return;
   }
   for (auto& f : after) f();
+}
+
+Status Registry::FormGpuLocked(Comm& comm) {
+  std::unique_ptr<GpuCommMemory> mem;
+  Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes, &mem);
+  if (!s.ok()) {
+    spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
+    return s;
+  }
+  comm.gpu_memory = std::move(mem);
+  for (uint32_t w = 0; w < comm.gpu_memory->window_count(); ++w) {
+    const uint64_t id = next_id_++;
+    comm.gpu_window_ids.push_back(id);
+    gpu_windows_[id] = {comm.id, w};
+  }
+  return Status::Ok();
 }
 
 void Registry::WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after) {
@@ -427,6 +528,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     recently_closed_.push_back(std::move(closed));
     if (recently_closed_.size() > 16) recently_closed_.pop_front();
   }
+  for (uint64_t w : comm.gpu_window_ids) gpu_windows_.erase(w);  // members keep their own mappings
   auto node = comms_.extract(comm.id);  // `comm` dies with `node` below
   auto holder = std::make_shared<std::unique_ptr<Comm>>(std::move(node.mapped()));
   after->push_back([holder] { holder->reset(); });
@@ -597,6 +699,22 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
     posted = std::max(posted, p);
   }
   cs->set_posted(posted);
+  if (c.gpu) {
+    // The kernels keep these counts themselves: the post and complete kernels
+    // mirror each rank's index into the registered segment, on every replay.
+    uint64_t all_done = UINT64_MAX;
+    for (uint32_t r = 0; r < c.world_size; ++r) all_done = std::min(all_done, cs->ranks(r).completed());
+    cs->set_matched(all_done);
+    cs->set_completed(all_done);
+    const bool kernel_gave_up = h.gpu_abort.load(std::memory_order_acquire) != 0;
+    cs->set_aborted(c.seg.aborted() || kernel_gave_up);
+    if (c.seg.aborted()) {
+      cs->set_abort_reason(c.seg.AbortStatus().message());
+    } else if (kernel_gave_up) {
+      cs->set_abort_reason("a kernel gave up (deadline, or ranks disagreed on an op); the clients' handles say which");
+    }
+    return;
+  }
   cs->set_matched(h.ops_matched.load());
   cs->set_completed(h.ops_completed.load());
   cs->set_failed(h.ops_failed.load());

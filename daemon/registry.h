@@ -31,6 +31,14 @@ struct JoinRequest {
   ExecutionMode mode = ExecutionMode::kDefault;
   uint32_t op_timeout_ms = 0;
   uint32_t join_timeout_ms = 0;  // this member's; 0 or above the daemon's: the daemon's
+  std::string device_uuid;       // GPU communicators: this rank's device; empty: host
+  uint64_t gpu_heap_bytes = 0;   // GPU communicators: each rank's symmetric heap
+};
+
+struct GpuWindowInfo {
+  uint64_t window_id = 0;
+  uint64_t bytes = 0;
+  std::string device_uuid;
 };
 
 struct JoinResult {
@@ -38,6 +46,20 @@ struct JoinResult {
   uint64_t window_id = 0;
   uint64_t window_bytes = 0;
   ExecutionMode mode = ExecutionMode::kDefault;
+  // GPU communicators only (see kernels/device/gpu_comm_layout.h).
+  bool gpu = false;
+  GpuWindowInfo gpu_control;
+  std::vector<GpuWindowInfo> gpu_ranks;
+  uint64_t gpu_slot_bytes = 0;
+  uint64_t gpu_heap_bytes = 0;
+};
+
+// An fd to send over the fd socket for a window.
+struct WindowFd {
+  int fd = -1;
+  uint64_t size = 0;
+  bool close_after_send = false;  // a fresh export; else borrowed from `keep`
+  std::shared_ptr<void> keep;     // keeps a borrowed fd open until sent
 };
 
 using JoinDone = std::function<void(const Status&, const JoinResult&)>;
@@ -60,8 +82,9 @@ class Registry {
   // The fd-socket connection of a session: its lease.
   Status BindConnection(uint64_t session_id, uint64_t token);
   void ConnectionClosed(uint64_t session_id);
-  // The window's fd (kept open by *keep) for a session allowed to map it.
-  Status FetchWindow(uint64_t session_id, uint64_t window_id, std::shared_ptr<ipc::ShmWindow>* keep);
+  // The fd of a window (a buffer's, a communicator's segment, or a GPU
+  // communicator's device memory) for a session allowed to map it.
+  Status FetchWindow(uint64_t session_id, uint64_t window_id, WindowFd* out);
 
   Status AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out);
   Status FreeBuffer(uint64_t session_id, uint64_t buffer_id);
@@ -103,6 +126,8 @@ class Registry {
   Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
   void CleanupSession(uint64_t session_id, const std::string& why);
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);
+  // REQUIRES: mu_ held; every member joined. Allocates a GPU communicator's device memory.
+  Status FormGpuLocked(Comm& comm);
   static void FillCommStats(const Comm& comm, v1::CommunicatorStats* out);
 
   const DaemonConfig config_;
@@ -113,6 +138,7 @@ class Registry {
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
   std::map<uint64_t, std::unique_ptr<Comm>> comms_;
   std::map<std::string, uint64_t> comm_by_key_;
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> gpu_windows_;  // window id -> (comm id, window index)
   std::deque<v1::CommunicatorStats> recently_closed_;
 };
 

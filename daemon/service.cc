@@ -54,10 +54,18 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServer
   resp->set_api_major(kApiMajor);
   resp->set_api_minor(kApiMinor);
   resp->add_backends("host");
-  resp->set_active_backend("host");
+#ifdef COLLECTIVED_HAVE_CUDA
+  resp->add_backends("cuda");
+#endif
+  resp->set_active_backend(registry_->config().backend);
   for (const char* cap : {"mode.client", "mode.daemon", "op.all_reduce", "op.all_gather", "algo.one_shot",
                           "algo.two_shot", "rpc.submit", "fd.memfd"}) {
     resp->add_capabilities(cap);
+  }
+  if (registry_->config().backend == "cuda") {
+    for (const char* cap : {"gpu.client_executed", "gpu.symmetric_heap", "gpu.device_matcher", "fd.cumem"}) {
+      resp->add_capabilities(cap);
+    }
   }
   resp->set_max_message_bytes(registry_->config().max_message_bytes);
   return Done(ctx, Status::Ok());
@@ -117,6 +125,8 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
   j.mode = static_cast<ExecutionMode>(req->mode());
   j.op_timeout_ms = req->op_timeout_ms();
   j.join_timeout_ms = req->join_timeout_ms();
+  j.device_uuid = req->device_uuid();
+  j.gpu_heap_bytes = req->gpu_heap_bytes();
   // Finished when the last member joins, or on error/expiry (Registry::Join
   // calls back exactly once).
   registry_->Join(j, [reactor, resp](const Status& s, const JoinResult& r) {
@@ -125,6 +135,17 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
       resp->set_window_id(r.window_id);
       resp->set_window_bytes(r.window_bytes);
       resp->set_mode(static_cast<v1::ExecutionMode>(r.mode));
+      if (r.gpu) {
+        auto fill = [](const GpuWindowInfo& in, v1::GpuWindow* out) {
+          out->set_window_id(in.window_id);
+          out->set_bytes(in.bytes);
+          out->set_device_uuid(in.device_uuid);
+        };
+        fill(r.gpu_control, resp->mutable_gpu_control());
+        for (const auto& w : r.gpu_ranks) fill(w, resp->add_gpu_ranks());
+        resp->set_gpu_slot_bytes(r.gpu_slot_bytes);
+        resp->set_gpu_heap_bytes(r.gpu_heap_bytes);
+      }
     }
     reactor->Finish(ToGrpcStatus(s));
   });

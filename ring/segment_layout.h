@@ -17,7 +17,7 @@
 namespace collectived::ring {
 
 constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -101,6 +101,10 @@ struct alignas(kCacheLine) CommHeader {
   alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts
   std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
   char abort_reason[256];
+  // GPU communicators: this header page is registered (mapped) in every
+  // member's CUDA context. Kernels poll gpu_abort in every spin; Abort() sets
+  // it, so a host (the daemon, on a dead client) can stop them.
+  alignas(kCacheLine) std::atomic<uint64_t> gpu_abort;
   alignas(kCacheLine) std::atomic<uint64_t> ops_matched;
   std::atomic<uint64_t> ops_completed;
   std::atomic<uint64_t> ops_failed;
@@ -152,6 +156,9 @@ class CommSegment {
   StatusRecord& status_record(uint32_t rank, uint64_t index) const;
   uint8_t* in_slot(uint32_t rank) const;
   uint8_t* shard_slot(uint32_t rank) const;
+  // Bytes from the segment's start through the last rank's control words:
+  // what a GPU communicator registers with its CUDA context.
+  uint64_t control_bytes() const;
 
   // First abort wins; later calls keep the first reason.
   void Abort(StatusCode code, const char* reason) const;

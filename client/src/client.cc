@@ -23,12 +23,20 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 }
 Buffer::~Buffer() { Free(); }
 
-void* Buffer::data() const { return state_ ? state_->window->data() + state_->offset : nullptr; }
+void* Buffer::data() const {
+  if (!state_) return nullptr;
+  return state_->device_ptr != nullptr ? state_->device_ptr : state_->window->data() + state_->offset;
+}
 uint64_t Buffer::size() const { return state_ ? state_->bytes : 0; }
 uint64_t Buffer::id() const { return state_ ? state_->id : 0; }
 
 Status Buffer::Free() {
   if (!state_) return Status::Ok();
+  if (state_->release) {  // a GPU heap buffer: its range goes back to the heap
+    Status s = state_->release();
+    state_.reset();
+    return s;
+  }
   auto client = state_->client.lock();
   Status s = client ? client->FreeBuffer(state_.get()) : Status::Ok();
   if (s.ok()) state_.reset();
@@ -122,7 +130,7 @@ Status ClientImpl::GetVersion(VersionInfo* out) {
   return Status::Ok();
 }
 
-Status ClientImpl::FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_ptr<ipc::ShmWindow>* out) {
+Status ClientImpl::FetchFd(uint64_t window_id, int* out_fd, uint64_t* bytes) {
   std::lock_guard<std::mutex> lock(fd_mu_);
   ipc::FdRequest req{ipc::kFdMagic, ipc::FdRequestType::kFetchWindow, session_id_, window_id};
   ipc::FdReply reply{};
@@ -135,12 +143,21 @@ Status ClientImpl::FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_p
     return Status(static_cast<StatusCode>(reply.code), reply.message);
   }
   if (fd < 0) return Status::Internal("daemon sent no fd for window " + std::to_string(window_id));
-  if (reply.bytes < bytes) {
+  *out_fd = fd;
+  *bytes = reply.bytes;
+  return Status::Ok();
+}
+
+Status ClientImpl::FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_ptr<ipc::ShmWindow>* out) {
+  int fd = -1;
+  uint64_t size = 0;
+  COLLECTIVED_RETURN_IF_ERROR(FetchFd(window_id, &fd, &size));
+  if (size < bytes) {
     close(fd);
     return Status::Internal("window smaller than announced");
   }
   std::unique_ptr<ipc::ShmWindow> window;
-  COLLECTIVED_RETURN_IF_ERROR(ipc::ShmWindow::Map(fd, reply.bytes, &window));
+  COLLECTIVED_RETURN_IF_ERROR(ipc::ShmWindow::Map(fd, size, &window));
   *out = std::move(window);
   return Status::Ok();
 }
@@ -235,6 +252,14 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   req.set_mode(static_cast<v1::ExecutionMode>(options.mode));
   req.set_op_timeout_ms(options.op_timeout_ms);
   req.set_join_timeout_ms(options.join_timeout_ms > 0 ? options.join_timeout_ms : 0);
+  if (options.device >= 0) {
+    std::string uuid;
+    COLLECTIVED_RETURN_IF_ERROR(GpuDeviceUuid(options.device, &uuid));
+    req.set_device_uuid(uuid);
+    req.set_gpu_heap_bytes(options.gpu_heap_bytes);
+  } else if (options.gpu_heap_bytes != 0) {
+    return Status::InvalidArgument("gpu_heap_bytes needs a GPU communicator (set CommunicatorOptions.device)");
+  }
   v1::CreateCommunicatorResponse resp;
   auto ctx = NewContext(options.join_timeout_ms + options_.rpc_timeout_ms);
   COLLECTIVED_RETURN_IF_ERROR(FromGrpcStatus(stub_->CreateCommunicator(ctx.get(), req, &resp)));
@@ -246,9 +271,32 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     DestroyCommunicator(resp.comm_id(), options.rank);
     return s;
   }
+  std::unique_ptr<GpuCommunicator> gpu;
+  if (options.device >= 0) {
+    GpuCommSetup setup;
+    setup.device = options.device;
+    setup.rank = options.rank;
+    setup.seg = seg;
+    setup.seg_keep = window;
+    auto ref = [](const v1::GpuWindow& w) { return GpuWindowRef{w.window_id(), w.bytes(), w.device_uuid()}; };
+    setup.control = ref(resp.gpu_control());
+    for (const auto& w : resp.gpu_ranks()) setup.ranks.push_back(ref(w));
+    setup.slot_bytes = resp.gpu_slot_bytes();
+    setup.heap_bytes = resp.gpu_heap_bytes();
+    s = GpuCommunicator::Create(std::move(setup),
+                                [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
+    if (!s.ok()) {
+      DestroyCommunicator(resp.comm_id(), options.rank);
+      return s;
+    }
+  }
   auto impl = std::make_unique<CommunicatorImpl>(shared_from_this(), resp.comm_id(), options.rank, seg,
                                                  std::move(window), static_cast<ExecutionMode>(resp.mode()));
-  impl->Start();
+  if (gpu) {
+    impl->SetGpu(std::move(gpu));
+  } else {
+    impl->Start();
+  }
   out->reset(new Communicator(std::move(impl)));
   return Status::Ok();
 }

@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -22,8 +23,13 @@ namespace v1 = ::collectived::v1;
 struct BufferState {
   std::weak_ptr<ClientImpl> client;
   uint64_t id = 0;
-  std::shared_ptr<ipc::ShmWindow> window;
+  std::shared_ptr<ipc::ShmWindow> window;  // host buffers
   uint64_t offset = 0;  // of the buffer inside its window
+  // GPU communicators' heap buffers: the device pointer, what keeps it
+  // mapped, and what gives its range back.
+  void* device_ptr = nullptr;
+  std::shared_ptr<void> device_keep;
+  std::function<Status()> release;
   uint64_t bytes = 0;
   bool freed = false;
 };
@@ -52,6 +58,8 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
  private:
   std::unique_ptr<grpc::ClientContext> NewContext(int timeout_ms = -1) const;
   Status FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_ptr<ipc::ShmWindow>* out);
+  // The fd of a window (the caller owns it) and the window's size.
+  Status FetchFd(uint64_t window_id, int* fd, uint64_t* bytes);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

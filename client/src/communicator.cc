@@ -8,11 +8,15 @@ namespace collectived {
 
 // ---- Handle ----------------------------------------------------------------
 
-uint64_t Handle::op_index() const { return state_ ? state_->index : 0; }
+uint64_t Handle::op_index() const {
+  if (!state_) return 0;
+  return state_->gpu ? kIndexOnDevice : state_->index;
+}
 
 Status Handle::Wait(int timeout_ms) const {
   if (!state_) return Status::FailedPrecondition("waiting on an empty handle");
   HandleState& h = *state_;
+  if (h.gpu) return GpuOpWait(*h.gpu, timeout_ms < 0 ? h.default_timeout_ms : timeout_ms);
   {
     std::lock_guard<std::mutex> lock(h.mu);
     if (h.known) return h.status;
@@ -33,11 +37,18 @@ Status Handle::Wait(int timeout_ms) const {
   return s;  // not complete: timed out (the op may still finish later)
 }
 
+Status Handle::WaitOn(GpuStream stream) const {
+  if (!state_) return Status::FailedPrecondition("waiting on an empty handle");
+  if (state_->gpu) return GpuOpWaitOn(*state_->gpu, stream);
+  return Wait();  // a host op: nothing to order on a stream, so wait here
+}
+
 bool Handle::Test(Status* status) const {
   if (!state_) {
     if (status) *status = Status::FailedPrecondition("testing an empty handle");
     return true;
   }
+  if (state_->gpu) return GpuOpTest(*state_->gpu, status);
   if (!ring::IsOpDone(state_->seg, state_->rank, state_->index)) return false;
   Status s = Wait(0);
   if (status) *status = s;
@@ -54,6 +65,53 @@ uint64_t Communicator::id() const { return impl_->id(); }
 ExecutionMode Communicator::mode() const { return impl_->mode(); }
 uint64_t Communicator::max_message_bytes() const { return impl_->max_message_bytes(); }
 Status Communicator::Destroy() { return impl_->Destroy(); }
+bool Communicator::on_gpu() const { return impl_->gpu() != nullptr; }
+
+namespace {
+Status NeedGpu(const CommunicatorImpl& c) {
+  if (c.gpu() == nullptr) {
+    return Status::FailedPrecondition("a host communicator: use the BufferSpan overloads, or create the "
+                                      "communicator with CommunicatorOptions.device");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status Communicator::AllocBuffer(uint64_t bytes, Buffer* out) {
+  COLLECTIVED_RETURN_IF_ERROR(NeedGpu(*impl_));
+  if (out == nullptr) return Status::InvalidArgument("out is null");
+  GpuHeapBuffer b;
+  COLLECTIVED_RETURN_IF_ERROR(impl_->gpu()->AllocBuffer(bytes, &b));
+  auto state = std::make_shared<BufferState>();
+  state->bytes = b.bytes;
+  state->device_ptr = b.ptr;
+  state->device_keep = std::move(b.keep);
+  state->release = std::move(b.release);
+  out->Free();
+  *out = Buffer();
+  out->state_ = std::move(state);
+  return Status::Ok();
+}
+
+Status Communicator::AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op,
+                               GpuStream stream, Handle* handle) {
+  COLLECTIVED_RETURN_IF_ERROR(NeedGpu(*impl_));
+  if (handle == nullptr) return Status::InvalidArgument("handle is null");
+  std::shared_ptr<GpuOpState> state;
+  COLLECTIVED_RETURN_IF_ERROR(impl_->gpu()->AllReduce(send, recv, count, dtype, op, stream, &state));
+  impl_->MakeGpuHandle(std::move(state), handle);
+  return Status::Ok();
+}
+
+Status Communicator::AllGather(const void* send, void* recv, uint64_t count, DataType dtype, GpuStream stream,
+                               Handle* handle) {
+  COLLECTIVED_RETURN_IF_ERROR(NeedGpu(*impl_));
+  if (handle == nullptr) return Status::InvalidArgument("handle is null");
+  std::shared_ptr<GpuOpState> state;
+  COLLECTIVED_RETURN_IF_ERROR(impl_->gpu()->AllGather(send, recv, count, dtype, stream, &state));
+  impl_->MakeGpuHandle(std::move(state), handle);
+  return Status::Ok();
+}
 
 Status Communicator::GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
   const ring::CommSegment& seg = impl_->segment();
@@ -106,10 +164,26 @@ Status CommunicatorImpl::Resolve(uint32_t rank, uint64_t buffer_id, uint64_t off
   return client_->ResolveOwn(buffer_id, offset, bytes, ptr);
 }
 
+void CommunicatorImpl::MakeGpuHandle(std::shared_ptr<GpuOpState> op, Handle* handle) const {
+  auto state = std::make_shared<HandleState>();
+  state->window = window_;
+  state->seg = seg_;
+  state->rank = rank_;
+  state->index = kIndexOnDevice;
+  state->default_timeout_ms = OpTimeoutMs() + 5000;
+  state->gpu = std::move(op);
+  *handle = Handle();
+  handle->state_ = std::move(state);
+}
+
 Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan recv, uint64_t count,
                               DataType dtype, ReduceOp op, bool via_rpc, Handle* handle) {
   if (handle == nullptr) return Status::InvalidArgument("handle is null");
   if (destroyed_) return Status::FailedPrecondition("communicator was destroyed");
+  if (gpu_) {
+    return Status::FailedPrecondition("a GPU communicator: pass device pointers and a stream (the GpuStream "
+                                      "overloads)");
+  }
   ring::OpDescriptor d{};
   d.kind = kind;
   d.dtype = dtype;
@@ -154,6 +228,8 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
 Status CommunicatorImpl::Destroy() {
   if (destroyed_) return destroy_status_;
   destroyed_ = true;
+  // GPU: every eager op this rank enqueued must have run before anything is unmapped.
+  Status quiesced = gpu_ ? gpu_->Quiesce(OpTimeoutMs() + 5000) : Status::Ok();
   // Let this rank's posted ops finish (or fail) before leaving.
   const uint64_t posted = seg_.control(rank_).next_index.value.load(std::memory_order_acquire);
   // An abort ends the wait too: an index taken but never published (its post
@@ -166,6 +242,7 @@ Status CommunicatorImpl::Destroy() {
   if (executor_) executor_->Stop();
   destroy_status_ = client_->DestroyCommunicator(comm_id_, rank_);
   if (destroy_status_.ok() && !drained.ok()) destroy_status_ = drained;
+  if (destroy_status_.ok() && !quiesced.ok()) destroy_status_ = quiesced;
   return destroy_status_;
 }
 

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "client/src/client_impl.h"
+#include "client/src/gpu_communicator.h"
 #include "kernels/host/host_executor.h"
 #include "ring/segment_layout.h"
 
@@ -20,6 +21,7 @@ struct HandleState {
   std::mutex mu;
   bool known = false;  // `status` is final
   Status status;
+  std::shared_ptr<GpuOpState> gpu;  // GPU ops: their event and verdict
 };
 
 class CommunicatorImpl : public host::BufferResolver {
@@ -32,6 +34,10 @@ class CommunicatorImpl : public host::BufferResolver {
   Status Post(CollectiveKind kind, BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
               bool via_rpc, Handle* handle);
   Status Destroy();
+  void SetGpu(std::unique_ptr<GpuCommunicator> gpu) { gpu_ = std::move(gpu); }
+  GpuCommunicator* gpu() const { return gpu_.get(); }
+  // Wraps a GPU op's state in a handle.
+  void MakeGpuHandle(std::shared_ptr<GpuOpState> op, Handle* handle) const;
 
   Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) override;
 
@@ -52,6 +58,7 @@ class CommunicatorImpl : public host::BufferResolver {
   std::shared_ptr<ipc::ShmWindow> window_;
   ExecutionMode mode_;
   std::unique_ptr<host::RankExecutor> executor_;
+  std::unique_ptr<GpuCommunicator> gpu_;
   bool destroyed_ = false;
   Status destroy_status_;
 };

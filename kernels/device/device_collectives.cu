@@ -43,7 +43,7 @@ __device__ __forceinline__ uint64_t NowNs() {
 
 __device__ void RecordError(const DeviceRankArgs& a, int32_t code) {
   atomicCAS(a.error_word, 0, code);
-  if (code == kDeviceDeadline) {
+  if (code != kDeviceAborted) {
     __threadfence_system();
     StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator
   }
@@ -77,11 +77,27 @@ __device__ bool Barrier(const DeviceRankArgs& a, uint32_t phase, uint64_t gen) {
   __syncthreads();
   if (threadIdx.x < a.world) {
     uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
+    const bool match = phase == 0 && a.descriptors != nullptr;
     if (threadIdx.x == a.rank) {
+      if (match) {  // every block writes the same row, so whichever flag a peer sees covers it
+        uint64_t* mine = a.descriptors + a.rank * kDescriptorWords;
+        mine[0] = gen;
+        for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
+      }
       __threadfence_system();
       StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
     } else if (!SpinAtLeast(a, row + threadIdx.x * kMaxBlocks + blockIdx.x, gen)) {
       failed = 1;
+    } else if (match) {
+      // The row stays until this rank passed the end barrier: the peer writes
+      // its next op's row only after every block of every rank got there.
+      const volatile uint64_t* theirs = a.descriptors + threadIdx.x * kDescriptorWords;
+      bool same = theirs[0] == gen;
+      for (uint32_t w = 1; w < kDescriptorWords; ++w) same = same && theirs[w] == a.desc[w - 1];
+      if (!same) {
+        RecordError(a, kDeviceMismatch);
+        failed = 1;
+      }
     }
   }
   __syncthreads();
@@ -120,17 +136,24 @@ __device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
 
 // ---- kernels ---------------------------------------------------------------------
 
-__global__ void PostKernel(uint64_t* counter, uint64_t* op_index) {
+__global__ void PostKernel(uint64_t* counter, uint64_t* op_index, uint64_t* posted_mirror) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
-    *op_index = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
+    const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
+    *op_index = index;
     __threadfence_system();
+    if (posted_mirror != nullptr) StoreRelease(posted_mirror, index + 1);
   }
 }
 
-__global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done) {
+__global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done, uint64_t* completed_mirror,
+                               const int32_t* error_word, int32_t* status_mirror) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     __threadfence_system();
-    StoreRelease(done, *op_index + 1);
+    const uint64_t gen = *op_index + 1;
+    // The verdict first, so a host that sees the new count also sees it.
+    if (status_mirror != nullptr) *static_cast<volatile int32_t*>(status_mirror) = *static_cast<const volatile int32_t*>(error_word);
+    StoreRelease(done, gen);
+    if (completed_mirror != nullptr) StoreRelease(completed_mirror, gen);
   }
 }
 
@@ -223,6 +246,34 @@ struct CopyType<4> { using T = uint32_t; };
 template <>
 struct CopyType<8> { using T = uint64_t; };
 
+// Copies `count` elements of `in` to `out` with the grid (16-byte packs when `vec`).
+template <typename T>
+__device__ void GridCopy(const T* in, T* out, uint64_t count, bool vec) {
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t scalar_begin = 0;
+  if (vec) {
+    constexpr uint64_t kN = 16 / sizeof(T);
+    const uint64_t packs = count / kN;
+    for (uint64_t p = tid; p < packs; p += nthreads) reinterpret_cast<uint4*>(out)[p] = reinterpret_cast<const uint4*>(in)[p];
+    scalar_begin = packs * kN;
+  }
+  for (uint64_t j = scalar_begin + tid; j < count; j += nthreads) out[j] = in[j];
+}
+
+// Rank r reads every rank's input and writes only its own output: peers'
+// outputs need not be mapped (staged ops through the communicator's slots).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) AllGatherPullKernel(DeviceRankArgs a, bool vec) {
+  const uint64_t gen = BeginOp(a);
+  if (gen == 0 || !Barrier(a, 0, gen)) return;
+  T* out = static_cast<T*>(a.outputs[a.rank]);
+  for (uint32_t k = 0; k < a.world; ++k) {
+    GridCopy<T>(static_cast<const T*>(a.inputs[k]), out + k * a.count, a.count, vec);
+  }
+  if (Barrier(a, 1, gen)) FinishOp(a, gen);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
   const uint64_t gen = BeginOp(a);
@@ -264,7 +315,9 @@ Status CheckArgs(const DeviceRankArgs& a, uint32_t blocks, bool barriers) {
   }
   if (a.count == 0) return Status::InvalidArgument("count must be positive");
   for (uint32_t k = 0; k < a.world; ++k) {
-    if (a.inputs[k] == nullptr || a.outputs[k] == nullptr) return Status::InvalidArgument("null buffer");
+    if (a.inputs[k] == nullptr || (a.outputs[k] == nullptr && (k == a.rank || !a.own_output_only))) {
+      return Status::InvalidArgument("null buffer");
+    }
   }
   if (barriers && (a.flags == nullptr || a.abort_word == nullptr || a.error_word == nullptr || a.timeout_ns == 0 ||
                    (a.op_index == nullptr && (a.done == nullptr || a.finished == nullptr)))) {
@@ -286,6 +339,7 @@ Status CheckPlacement(const DeviceRankArgs& a, uint64_t in_bytes, uint64_t out_b
                       bool* in_place) {
   *in_place = false;
   for (uint32_t k = 0; k < a.world; ++k) {
+    if (a.outputs[k] == nullptr) continue;  // another process's, not mapped here (own_output_only)
     const void* own = static_cast<const uint8_t*>(a.outputs[k]) + k * in_at_stride;
     if (a.inputs[k] == own) {
       *in_place = true;
@@ -295,7 +349,7 @@ Status CheckPlacement(const DeviceRankArgs& a, uint64_t in_bytes, uint64_t out_b
     }
     for (uint32_t j = 0; j < a.world; ++j) {
       if (j == k) continue;
-      if (Overlap(a.outputs[k], out_bytes, a.outputs[j], out_bytes) ||
+      if ((a.outputs[j] != nullptr && Overlap(a.outputs[k], out_bytes, a.outputs[j], out_bytes)) ||
           Overlap(a.outputs[k], out_bytes, a.inputs[j], in_bytes)) {
         return Status::InvalidArgument("rank " + std::to_string(k) + "'s output overlaps rank " + std::to_string(j) +
                                        "'s buffers");
@@ -307,7 +361,7 @@ Status CheckPlacement(const DeviceRankArgs& a, uint64_t in_bytes, uint64_t out_b
 
 bool AllAligned(const DeviceRankArgs& a) {
   for (uint32_t k = 0; k < a.world; ++k) {
-    if (!Aligned16(a.inputs[k]) || !Aligned16(a.outputs[k])) return false;
+    if (!Aligned16(a.inputs[k]) || (a.outputs[k] != nullptr && !Aligned16(a.outputs[k]))) return false;
   }
   return true;
 }
@@ -329,6 +383,9 @@ Status PreloadKernels() {
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint16_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint32_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint64_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint16_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint32_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint64_t>));
   for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                       DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
@@ -343,8 +400,8 @@ Status PreloadKernels() {
   return Status::Ok();
 }
 
-Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream) {
-  PostKernel<<<1, 32, 0, stream>>>(counter, op_index);
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror) {
+  PostKernel<<<1, 32, 0, stream>>>(counter, op_index, posted_mirror);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }
@@ -355,8 +412,12 @@ Status LaunchDelay(uint64_t ns, gpuStream_t stream) {
   return Status::Ok();
 }
 
-Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream) {
-  CompleteKernel<<<1, 32, 0, stream>>>(op_index, done_word);
+Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream, uint64_t* completed_mirror,
+                      const int32_t* error_word, int32_t* status_mirror) {
+  if ((error_word == nullptr) != (status_mirror == nullptr)) {
+    return Status::InvalidArgument("a status mirror needs the error word, and the other way round");
+  }
+  CompleteKernel<<<1, 32, 0, stream>>>(op_index, done_word, completed_mirror, error_word, status_mirror);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }
@@ -383,6 +444,10 @@ Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const 
   // it; two-shot push is in-place safe (only rank r touches chunk r of any
   // buffer), so in-place ops take it.
   if (in_place) algo = DeviceAlgorithm::kTwoShotPush;
+  if (args.own_output_only && algo != DeviceAlgorithm::kOneShot) {
+    return Status::InvalidArgument("two-shot push writes every rank's output; with only this rank's output mapped, "
+                                   "run one-shot out of place");
+  }
   const bool vec = AllAligned(args);
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     if (algo == DeviceAlgorithm::kOneShot) {
@@ -410,18 +475,33 @@ Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& a
   return Status::Ok();
 }
 
-Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream) {
+Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream,
+                       GatherAlgorithm algo) {
   COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, true));
+  if (args.own_output_only && algo == GatherAlgorithm::kPush) {
+    return Status::InvalidArgument("push all-gather writes every rank's output; with only this rank's output mapped, "
+                                   "pull");
+  }
   const size_t es = DataTypeSize(dtype);
   if (es == 0) return Status::InvalidArgument("unknown data type");
   bool in_place = false;  // rank r's input is chunk r of its own output: safe, it is copied onto itself
   COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, args.count * es, args.world * args.count * es, args.count * es,
                                              &in_place));
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
+  const bool push = algo == GatherAlgorithm::kPush;
   switch (es) {
-    case 2: AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
-    case 4: AllGatherPushKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
-    default: AllGatherPushKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+    case 2:
+      push ? AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec)
+           : AllGatherPullKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec);
+      break;
+    case 4:
+      push ? AllGatherPushKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec)
+           : AllGatherPullKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec);
+      break;
+    default:
+      push ? AllGatherPushKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec)
+           : AllGatherPullKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec);
+      break;
   }
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();

@@ -44,7 +44,13 @@ constexpr uint32_t kBarrierPhases = 2;  // start, end
 constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxDeviceRanks * kMaxBlocks;
 
 // Error codes left in the error word (first one wins).
-enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2 };
+enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2, kDeviceMismatch = 3 };
+
+// Words of one rank's op descriptor, compared by every peer after the start
+// barrier (the device-side matcher). Word 0 is the generation.
+constexpr uint32_t kDescriptorWords = 4;
+// Words of the descriptor table: kMaxDeviceRanks rows of kDescriptorWords.
+constexpr uint64_t kDescriptorTableWords = uint64_t{kMaxDeviceRanks} * kDescriptorWords;
 
 enum class DeviceAlgorithm : uint32_t {
   kOneShot = 1,      // every rank reads every input, writes its own output
@@ -70,6 +76,15 @@ struct DeviceRankArgs {
   uint64_t* abort_word = nullptr;     // nonzero: every spin gives up
   int32_t* error_word = nullptr;      // first DeviceError of this communicator
   uint64_t timeout_ns = 0;            // per spin
+  // Device-side matcher (optional): before the start barrier each rank writes
+  // {gen, desc[0..2]} to its row of `descriptors`; after it, every rank
+  // compares every peer's row with its own, and a difference fails the op on
+  // every rank (kDeviceMismatch) instead of reducing mismatched buffers.
+  uint64_t* descriptors = nullptr;
+  uint64_t desc[kDescriptorWords - 1] = {};
+  // Only outputs[rank] is written (one-shot all-reduce, pull all-gather), so
+  // peers' outputs may be null: they live in other processes, unmapped here.
+  bool own_output_only = false;
 };
 
 // Loads every kernel of this file now. With lazy module loading (the CUDA
@@ -80,15 +95,25 @@ struct DeviceRankArgs {
 // the first collective.
 Status PreloadKernels();
 
-Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream);
+// `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror = nullptr);
 // In place (inputs[k] == outputs[k]) always runs two-shot push: one-shot
 // would overwrite an input a peer is still reading. INVALID_ARGUMENT for
 // buffers that partially overlap.
 Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
                        gpuStream_t stream);
-// outputs[k][rank * count + j] = inputs[rank][j] for every k (push).
-Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream);
-Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream);
+enum class GatherAlgorithm : uint32_t {
+  kPush = 1,  // outputs[k][rank * count + j] = inputs[rank][j] for every k
+  kPull = 2,  // outputs[rank][k * count + j] = inputs[k][j] for every k (own output only)
+};
+Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream,
+                       GatherAlgorithm algo = GatherAlgorithm::kPush);
+// Optional host-mapped mirrors, written after done: `completed_mirror` = index
+// + 1 (the daemon's stats) and `status_mirror` = the error word (a host wait
+// reads the op's verdict without a device copy).
+Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream,
+                      uint64_t* completed_mirror = nullptr, const int32_t* error_word = nullptr,
+                      int32_t* status_mirror = nullptr);
 // Spins on `stream` until *done_word >= *op_index + 1, the abort word, or the deadline.
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
                   uint64_t timeout_ns, gpuStream_t stream);

@@ -113,14 +113,18 @@ TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
     uint64_t seed = 7;
     for (DataType dt : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
       for (uint64_t count : {uint64_t{5}, uint64_t{65536}, max_count}) {
-        for (bool in_place : {false, true}) {
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool in_place = variant & 1;
+          const bool pull = variant & 2;  // each rank writes only its own output (peers' unmapped)
+          vr.SetGatherPull(pull);
           ++seed;
           ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
           ASSERT_TRUE(vr.AllGather(dt, count, in_place, BlocksFor(n)).ok());
           ASSERT_TRUE(vr.Sync().ok());
           ASSERT_EQ(vr.Error(), kDeviceOk);
           EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
-              << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "");
+              << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "")
+              << (pull ? " pull" : " push");
         }
       }
     }
@@ -157,6 +161,27 @@ TEST(DeviceCollectivesTest, MissingRankEndsInDeadlineNotHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(vr.Error(), kDeviceDeadline);
   EXPECT_EQ(vr.Word(vr.abort_word()), 1u);  // peers are released too
+}
+
+TEST(DeviceCollectivesTest, DisagreeingDescriptorFailsEveryRankInsteadOfReducing) {
+  REQUIRE_GPU();
+  const uint32_t n = 4;
+  const uint64_t count = 4096;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, count * 4, count * 4, /*timeout_ns=*/2'000'000'000).ok());
+  ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, count, false).ok());
+  ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, 4).ok());
+  ASSERT_TRUE(vr.Sync().ok());
+  ASSERT_EQ(vr.Error(), kDeviceOk);  // agreeing ranks pass the device-side matcher
+  EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, 5, count), 0u);
+  vr.SetDescriptorSkew(2, 1);  // rank 2 describes a different op
+  ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 6, count, false).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, 4).ok());
+  ASSERT_TRUE(vr.Sync().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));  // no rank waited for a deadline
+  EXPECT_EQ(vr.Error(), kDeviceMismatch);
+  EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
 }
 
 TEST(DeviceCollectivesTest, AbortWordReleasesASpinningRank) {

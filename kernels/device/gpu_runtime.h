@@ -65,6 +65,26 @@ using gpu_half = __half;
 #define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuFuncAttributes hipFuncAttributes
 #define gpuFuncGetAttributes hipFuncGetAttributes
+#define gpuSetDevice hipSetDevice
+#define gpuHostRegister hipHostRegister
+#define gpuHostUnregister hipHostUnregister
+#define gpuHostGetDevicePointer hipHostGetDevicePointer
+#define gpuEventQuery hipEventQuery
+#define gpuEventCreateWithFlags hipEventCreateWithFlags
+#define gpuEventDisableTiming hipEventDisableTiming
+#define gpuStreamIsCapturing hipStreamIsCapturing
+#define gpuStreamCaptureStatus hipStreamCaptureStatus
+#define gpuStreamCaptureStatusNone hipStreamCaptureStatusNone
+#define gpuErrorNotReady hipErrorNotReady
+#define gpuStreamQuery hipStreamQuery
+#define gpuPointerGetAttributes hipPointerGetAttributes
+using gpuPointerAttributes = hipPointerAttribute_t;
+#define gpuMemoryTypeDevice hipMemoryTypeDevice
+#define gpuMemoryTypeManaged hipMemoryTypeManaged
+#define gpuHostRegisterMapped hipHostRegisterMapped
+#define gpuHostRegisterPortable hipHostRegisterPortable
+#define gpuHostAllocMapped hipHostAllocMapped
+#define gpuHostAllocPortable hipHostAllocPortable
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -119,6 +139,26 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuFuncAttributes cudaFuncAttributes
 #define gpuFuncGetAttributes cudaFuncGetAttributes
+#define gpuSetDevice cudaSetDevice
+#define gpuHostRegister cudaHostRegister
+#define gpuHostUnregister cudaHostUnregister
+#define gpuHostGetDevicePointer cudaHostGetDevicePointer
+#define gpuEventQuery cudaEventQuery
+#define gpuEventCreateWithFlags cudaEventCreateWithFlags
+#define gpuEventDisableTiming cudaEventDisableTiming
+#define gpuStreamIsCapturing cudaStreamIsCapturing
+#define gpuStreamCaptureStatus cudaStreamCaptureStatus
+#define gpuStreamCaptureStatusNone cudaStreamCaptureStatusNone
+#define gpuErrorNotReady cudaErrorNotReady
+#define gpuStreamQuery cudaStreamQuery
+#define gpuPointerGetAttributes cudaPointerGetAttributes
+using gpuPointerAttributes = cudaPointerAttributes;
+#define gpuMemoryTypeDevice cudaMemoryTypeDevice
+#define gpuMemoryTypeManaged cudaMemoryTypeManaged
+#define gpuHostRegisterMapped cudaHostRegisterMapped
+#define gpuHostRegisterPortable cudaHostRegisterPortable
+#define gpuHostAllocMapped cudaHostAllocMapped
+#define gpuHostAllocPortable cudaHostAllocPortable
 #endif
 
 #endif  // COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_

@@ -21,8 +21,9 @@ class VirtualRanks {
     world_ = world;
     timeout_ns_ = timeout_ns;
     COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-    COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), (device::kFlagWords + 8 * 64) * 8));
-    COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, (device::kFlagWords + 8 * 64) * 8));
+    const uint64_t words = device::kFlagWords + 8 * 64 + device::kDescriptorTableWords;
+    COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
+    COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
     streams_.resize(world);
     in_.resize(world);
     out_.resize(world);
@@ -55,6 +56,12 @@ class VirtualRanks {
   // generation from done and publishes done itself.
   void SetSingleLaunch(bool on) { single_launch_ = on; }
   int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + device::kFlagWords + 8 * 61); }
+  uint64_t* descriptors() const { return words_ + device::kFlagWords + 8 * 64; }
+  // All-gathers pull (each rank writes only its own output) instead of push.
+  void SetGatherPull(bool on) { gather_pull_ = on; }
+  // Rank r's kernel describes its op with `count + skew` (a rank that
+  // disagrees with its peers, for the device-side matcher's test).
+  void SetDescriptorSkew(uint32_t rank, uint64_t skew) { skew_rank_ = rank, skew_ = skew; }
 
   device::DeviceRankArgs Args(uint32_t rank, uint64_t count, bool in_place) const {
     device::DeviceRankArgs a;
@@ -73,6 +80,8 @@ class VirtualRanks {
     a.abort_word = abort_word();
     a.error_word = error_word();
     a.timeout_ns = timeout_ns_;
+    a.descriptors = descriptors();
+    a.desc[0] = count + (rank == skew_rank_ ? skew_ : 0);
     return a;
   }
 
@@ -101,7 +110,14 @@ class VirtualRanks {
         a.inputs[k] = in_place ? static_cast<uint8_t*>(out_[k]) + k * count * DataTypeSize(dt) : in_[k];
       }
       if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllGather(dt, a, blocks, streams_[r]));
+      if (gather_pull_) {
+        a.own_output_only = true;
+        for (uint32_t k = 0; k < world_; ++k) {
+          if (k != r) a.outputs[k] = nullptr;
+        }
+      }
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllGather(
+          dt, a, blocks, streams_[r], gather_pull_ ? device::GatherAlgorithm::kPull : device::GatherAlgorithm::kPush));
       if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
     }
     return Status::Ok();
@@ -156,6 +172,9 @@ class VirtualRanks {
  private:
   uint32_t world_ = 0;
   bool single_launch_ = false;
+  bool gather_pull_ = false;
+  uint32_t skew_rank_ = UINT32_MAX;
+  uint64_t skew_ = 0;
   uint64_t timeout_ns_ = 0;
   uint64_t* words_ = nullptr;
   std::vector<gpuStream_t> streams_;

@@ -12,6 +12,18 @@
 // path). Do not touch a send buffer until its op completed, nor read a receive
 // buffer before. Ops on one communicator must be posted in the same order by
 // every rank, from one thread at a time per communicator (as with NCCL).
+//
+// GPU communicators (CommunicatorOptions.device >= 0, a daemon on the cuda
+// backend) run on the caller's CUDA stream and capture into CUDA graphs:
+//
+//   client->CreateCommunicator({.key = "job-42", .world_size = 4, .rank = r, .device = 0,
+//                               .gpu_heap_bytes = 1 << 30}, &comm);
+//   Buffer x;  comm->AllocBuffer(bytes, &x);                // symmetric heap: zero-copy
+//   comm->AllReduce(x.data(), x.data(), count, DataType::kBFloat16, ReduceOp::kSum, stream, &h);
+//   h.WaitOn(other_stream);                                 // any stream, any number of times
+//
+// Any other device pointers work too, staged through the communicator's
+// fixed slots (up to max_message_bytes per rank).
 #ifndef COLLECTIVED_CLIENT_H_
 #define COLLECTIVED_CLIENT_H_
 
@@ -26,7 +38,13 @@
 namespace collectived {
 
 constexpr uint32_t kApiMajor = 1;
-constexpr uint32_t kApiMinor = 0;
+constexpr uint32_t kApiMinor = 1;  // 1.1: GPU communicators
+
+// A GPU stream (cudaStream_t or hipStream_t), opaque so that this header
+// needs no GPU runtime.
+using GpuStream = void*;
+// Handle::op_index() of a GPU op: its index is taken on the device.
+constexpr uint64_t kIndexOnDevice = UINT64_MAX;
 
 class ClientImpl;
 class CommunicatorImpl;
@@ -58,9 +76,9 @@ class Buffer {
   Buffer(Buffer&&) noexcept;
   Buffer& operator=(Buffer&&) noexcept;
 
-  void* data() const;
+  void* data() const;  // device memory for a GPU communicator's buffer
   uint64_t size() const;
-  uint64_t id() const;
+  uint64_t id() const;  // 0 for a GPU communicator's buffer
   bool valid() const { return state_ != nullptr; }
   // FAILED_PRECONDITION while a posted op still uses the buffer.
   Status Free();
@@ -70,6 +88,7 @@ class Buffer {
 
  private:
   friend class ClientImpl;
+  friend class Communicator;
   std::shared_ptr<BufferState> state_;
 };
 
@@ -92,6 +111,10 @@ class Handle {
   Status Wait(int timeout_ms = -1) const;
   // True when complete; *status gets the op's status then.
   bool Test(Status* status) const;
+  // GPU ops: `stream` waits for the whole op (copy-out included) without
+  // blocking the host; any stream, any number of times, inside a graph
+  // capture too. Host ops: waits on the host, like Wait().
+  Status WaitOn(GpuStream stream) const;
   // Drops this reference. Idempotent.
   void Release() { state_.reset(); }
 
@@ -117,6 +140,10 @@ struct CommunicatorOptions {
   ExecutionMode mode = ExecutionMode::kDefault;
   uint32_t op_timeout_ms = 0;   // 0: the daemon's default; all members must agree
   int join_timeout_ms = 60000;  // how long to wait for every member to join
+  // GPU communicator: this rank's CUDA device ordinal (in this process); -1: host.
+  int device = -1;
+  // GPU communicator: bytes of each rank's symmetric heap (AllocBuffer); all members must agree.
+  uint64_t gpu_heap_bytes = 0;
 };
 
 class Communicator {
@@ -135,6 +162,20 @@ class Communicator {
   // recv[k * count + j] = send of rank k [j]. In place when send is recv's
   // rank-th chunk.
   Status AllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle);
+  // GPU communicators. Collective in effect: every rank allocates the same
+  // sizes in the same order, so a buffer sits at the same heap offset on
+  // every rank and ops on it run zero-copy. Freed by the Buffer.
+  Status AllocBuffer(uint64_t bytes, Buffer* out);
+  // Enqueued on `stream` (eager or captured). send/recv: device memory of this
+  // rank's device; heap buffers (AllocBuffer) run zero-copy, anything else is
+  // staged through the fixed slots. In place when send == recv (all-gather:
+  // send is recv's rank-th chunk). Every rank's op at the same index must
+  // agree (kind, type, op, count, heap offsets): the kernels check it.
+  Status AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op, GpuStream stream,
+                   Handle* handle);
+  Status AllGather(const void* send, void* recv, uint64_t count, DataType dtype, GpuStream stream, Handle* handle);
+  bool on_gpu() const;
+
   // The same ops posted by the daemon through the Submit RPC, for callers that
   // do not post into the ring themselves. Needs a daemon-executed communicator.
   Status SubmitAllReduce(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
@@ -145,7 +186,8 @@ class Communicator {
   Status GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const;
 
   // Waits for this rank's posted ops, then leaves. Peers that still post ops
-  // get ABORTED. Idempotent.
+  // get ABORTED. Idempotent. GPU: waits for this rank's eager ops; do not
+  // launch graphs that captured its ops afterwards.
   Status Destroy();
 
  private:

@@ -1,0 +1,562 @@
+#include "client/src/gpu_communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "ipc/cumem_window.h"
+#include "kernels/device/device_collectives.h"
+#include "kernels/device/gpu_check.h"
+#include "kernels/device/gpu_comm_layout.h"
+
+namespace collectived {
+
+namespace {
+
+constexpr int32_t kSlotUnset = -1;  // a status slot the complete kernel has not written yet
+
+// Makes `ordinal` current on this thread for a scope.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int ordinal) {
+    if (gpuGetDevice(&previous_) == gpuSuccess && previous_ != ordinal) {
+      if (gpuSetDevice(ordinal) == gpuSuccess) restore_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (restore_) gpuSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+// Host-mapped int32 words, one per op in flight: the complete kernel writes
+// the op's verdict into its handle's word. A word goes back to the pool only
+// when its handle is gone *and* its op finished, so no late write can land in
+// another op's word.
+class StatusSlots {
+ public:
+  ~StatusSlots() {
+    for (void* slab : slabs_) gpuFreeHost(slab);
+  }
+  Status Take(int32_t** host, int32_t** device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Reclaim();
+    if (free_.empty()) {
+      void* slab = nullptr;
+      COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(int32_t), gpuHostAllocMapped | gpuHostAllocPortable));
+      slabs_.push_back(slab);
+      for (uint32_t i = 0; i < kSlab; ++i) free_.push_back(static_cast<int32_t*>(slab) + i);
+    }
+    int32_t* slot = free_.back();
+    free_.pop_back();
+    *reinterpret_cast<volatile int32_t*>(slot) = kSlotUnset;
+    void* dev = nullptr;
+    COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, slot, 0));
+    *host = slot;
+    *device = static_cast<int32_t*>(dev);
+    return Status::Ok();
+  }
+  // `event` (may be null) marks when the device is done with the slot.
+  void Give(int32_t* slot, gpuEvent_t event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event == nullptr || gpuEventQuery(event) == gpuSuccess) {
+      free_.push_back(slot);
+      if (event != nullptr) gpuEventDestroy(event);
+    } else {
+      retired_.push_back({slot, event});
+    }
+  }
+
+ private:
+  static constexpr uint32_t kSlab = 1024;
+  void Reclaim() {
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      if (gpuEventQuery(it->second) == gpuErrorNotReady) {
+        ++it;
+        continue;
+      }
+      gpuEventDestroy(it->second);
+      free_.push_back(it->first);
+      it = retired_.erase(it);
+    }
+  }
+  std::mutex mu_;
+  std::vector<void*> slabs_;
+  std::vector<int32_t*> free_;
+  std::vector<std::pair<int32_t*, gpuEvent_t>> retired_;
+};
+
+// First fit over [0, size), in kHeapAlignment units: ranks that allocate the
+// same sizes in the same order get the same offsets (symmetric buffers).
+class SymmetricHeap {
+ public:
+  explicit SymmetricHeap(uint64_t size) {
+    if (size > 0) free_[0] = size;
+  }
+  Status Alloc(uint64_t bytes, uint64_t* offset) {
+    const uint64_t need = device::AlignUp(std::max<uint64_t>(bytes, 1), device::kHeapAlignment);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < need) continue;
+      *offset = it->first;
+      const uint64_t rest = it->second - need;
+      const uint64_t rest_at = it->first + need;
+      free_.erase(it);
+      if (rest > 0) free_[rest_at] = rest;
+      used_[*offset] = need;
+      return Status::Ok();
+    }
+    return Status::ResourceExhausted("symmetric heap has no free range of " + std::to_string(need) +
+                                     " bytes; raise CommunicatorOptions.gpu_heap_bytes");
+  }
+  Status Free(uint64_t offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = used_.find(offset);
+    if (it == used_.end()) return Status::NotFound("no heap buffer at offset " + std::to_string(offset));
+    uint64_t start = offset, len = it->second;
+    used_.erase(it);
+    auto next = free_.lower_bound(start);
+    if (next != free_.end() && next->first == start + len) {
+      len += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        len += prev->second;
+        free_.erase(prev);
+      }
+    }
+    free_[start] = len;
+    return Status::Ok();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, uint64_t> free_;  // offset -> bytes
+  std::map<uint64_t, uint64_t> used_;
+};
+
+Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeout_ns) {
+  switch (code) {
+    case device::kDeviceOk:
+      return Status::Ok();
+    case device::kDeviceDeadline:
+      return Status::DeadlineExceeded("a GPU collective waited longer than the op timeout (" +
+                                      std::to_string(timeout_ns / 1000000) +
+                                      " ms) for a peer; the communicator is aborted");
+    case device::kDeviceMismatch:
+      return Status::InvalidArgument(
+          "ranks posted different ops at the same index (kind, type, op, count or heap offsets differ; "
+          "the device-side matcher refused it); the communicator is aborted");
+    case device::kDeviceAborted: {
+      Status abort = seg.AbortStatus();
+      if (!abort.ok()) return abort;
+      return Status::Aborted("communicator aborted: an op failed on another rank");
+    }
+    case kSlotUnset:
+      return Status::Internal("the op's completion did not record a verdict");
+    default:
+      return Status::Internal("unknown device error " + std::to_string(code));
+  }
+}
+
+}  // namespace
+
+struct GpuOpState {
+  int device = 0;
+  gpuEvent_t event = nullptr;
+  bool captured = false;
+  int32_t* status_slot = nullptr;  // host view; null for captured ops
+  std::shared_ptr<StatusSlots> slots;
+  ring::CommSegment seg;
+  std::shared_ptr<void> seg_keep;
+  uint64_t timeout_ns = 0;
+
+  ~GpuOpState() {
+    if (status_slot != nullptr) {
+      slots->Give(status_slot, event);  // takes the event
+    } else if (event != nullptr) {
+      gpuEventDestroy(event);
+    }
+  }
+  Status Verdict() const {
+    if (captured) return Status::Ok();
+    const int32_t code = *reinterpret_cast<volatile const int32_t*>(status_slot);
+    return VerdictStatus(code, seg, timeout_ns);
+  }
+};
+
+Status GpuOpWait(const GpuOpState& op, int64_t timeout_ms) {
+  if (op.captured) {
+    return Status::FailedPrecondition(
+        "this op was captured into a graph: wait for it with Handle::WaitOn(stream) inside the capture, or "
+        "synchronize the stream that launches the graph");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t polls = 0;; ++polls) {
+    const gpuError_t e = gpuEventQuery(op.event);
+    if (e == gpuSuccess) return op.Verdict();
+    if (e != gpuErrorNotReady) return device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::DeadlineExceeded("op not complete after " + std::to_string(timeout_ms) + " ms");
+    }
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+bool GpuOpTest(const GpuOpState& op, Status* status) {
+  if (op.captured) {
+    if (status) *status = GpuOpWait(op, 0);
+    return true;
+  }
+  const gpuError_t e = gpuEventQuery(op.event);
+  if (e == gpuErrorNotReady) return false;
+  if (status) *status = e == gpuSuccess ? op.Verdict() : device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+  return true;
+}
+
+Status GpuOpWaitOn(const GpuOpState& op, void* stream) {
+  // The event follows the complete kernel on the op's stream, so a stream
+  // that waits for it sees the whole op, copy-out included (rule 1).
+  COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(static_cast<gpuStream_t>(stream), op.event, 0));
+  return Status::Ok();
+}
+
+Status GpuDeviceUuid(int ordinal, std::string* uuid) { return ipc::GpuUuid(ordinal, uuid); }
+
+struct GpuCommunicator::Impl {
+  GpuCommSetup setup;
+  std::unique_ptr<ipc::CuMemWindow> control;
+  std::vector<std::shared_ptr<ipc::CuMemWindow>> ranks;  // shared: heap buffers keep theirs mapped
+  void* registered = nullptr;  // the segment's control page, registered with CUDA
+  uint64_t* posted_mirror = nullptr;     // device views of the segment's words
+  uint64_t* completed_mirror = nullptr;
+  uint64_t* abort_word = nullptr;
+  uint32_t blocks = 1;
+  std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
+  std::shared_ptr<SymmetricHeap> heap;
+  std::mutex streams_mu;
+  // The last eager op of every stream used: Quiesce waits for their events
+  // (which stay valid even if the caller destroyed the stream).
+  std::map<gpuStream_t, std::shared_ptr<GpuOpState>> last_op;
+
+  uint32_t world() const { return setup.seg.world_size(); }
+  uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
+  uint8_t* heap_base(uint32_t r) const { return slot(r) + setup.slot_bytes; }
+  // Offset of [p, p + bytes) in this rank's heap, if it lies there.
+  bool InHeap(const void* p, uint64_t bytes, uint64_t* offset) const {
+    const auto base = reinterpret_cast<uintptr_t>(heap_base(setup.rank));
+    const auto x = reinterpret_cast<uintptr_t>(p);
+    if (x < base || x - base > setup.heap_bytes || bytes > setup.heap_bytes - (x - base)) return false;
+    *offset = x - base;
+    return true;
+  }
+
+  device::DeviceRankArgs BaseArgs(uint64_t count) const {
+    device::DeviceRankArgs a;
+    void* c = control->device_ptr();
+    a.rank = setup.rank;
+    a.world = world();
+    a.count = count;
+    a.flags = device::GpuControlLayout::Flags(c);
+    a.op_index = device::GpuControlLayout::OpIndex(c, setup.rank);
+    a.done = device::GpuControlLayout::Done(c, setup.rank);
+    a.finished = device::GpuControlLayout::Finished(c, setup.rank);
+    a.counter = device::GpuControlLayout::Counter(c, setup.rank);
+    a.abort_word = abort_word;
+    a.error_word = device::GpuControlLayout::Error(c);
+    a.timeout_ns = setup.seg.header().op_timeout_ns;
+    a.descriptors = device::GpuControlLayout::Descriptors(c);
+    return a;
+  }
+
+  Status CheckPointer(const void* p, const char* what) const {
+    if (p == nullptr) return Status::InvalidArgument(std::string(what) + " is null");
+    gpuPointerAttributes attr{};
+    if (gpuPointerGetAttributes(&attr, p) != gpuSuccess) {
+      gpuGetLastError();  // clear it: not sticky
+      return Status::InvalidArgument(std::string(what) + " is not a pointer the GPU runtime knows");
+    }
+    if (attr.type != gpuMemoryTypeDevice && attr.type != gpuMemoryTypeManaged) {
+      return Status::InvalidArgument(std::string(what) + " is not device memory");
+    }
+    if (attr.type == gpuMemoryTypeDevice && attr.device != setup.device) {
+      return Status::InvalidArgument(std::string(what) + " lives on device " + std::to_string(attr.device) +
+                                     ", this rank's communicator is on device " + std::to_string(setup.device));
+    }
+    return Status::Ok();
+  }
+
+  // Runs post, [copy-in], kernel, [copy-out], complete, event on `stream`.
+  Status Enqueue(gpuStream_t stream, const std::function<Status()>& copy_in, const std::function<Status()>& kernel,
+                 const std::function<Status()>& copy_out, std::shared_ptr<GpuOpState>* out) {
+    gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
+    COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
+    auto op = std::make_shared<GpuOpState>();
+    op->device = setup.device;
+    op->captured = capture != gpuStreamCaptureStatusNone;
+    op->seg = setup.seg;
+    op->seg_keep = setup.seg_keep;
+    op->timeout_ns = setup.seg.header().op_timeout_ns;
+    op->slots = slots;
+    COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
+    int32_t* slot_dev = nullptr;
+    if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
+    void* c = control->device_ptr();
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
+                                                   device::GpuControlLayout::OpIndex(c, setup.rank), stream,
+                                                   posted_mirror));
+    if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
+    // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
+    const ring::CommHeader& h = setup.seg.header();
+    if (h.debug_delay_rank == static_cast<int32_t>(setup.rank) && h.debug_delay_us > 0) {
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(uint64_t{h.debug_delay_us} * 1000, stream));
+    }
+    COLLECTIVED_RETURN_IF_ERROR(kernel());
+    const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
+    if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
+    if (copy_out && h.debug_delay_copyout_us > 0) {
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(uint64_t{h.debug_delay_copyout_us} * 1000, stream));
+    }
+    if (copy_out) COLLECTIVED_RETURN_IF_ERROR(copy_out());
+    // A captured op's verdict has no host slot to go to (a graph outlives
+    // handles); its failure shows in every later eager op, the error word being sticky.
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
+        device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
+        completed_mirror, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
+    if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
+    if (!op->captured) {
+      std::lock_guard<std::mutex> lock(streams_mu);
+      last_op[stream] = op;
+    }
+    *out = std::move(op);
+    return Status::Ok();
+  }
+};
+
+GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+GpuCommunicator::~GpuCommunicator() {
+  if (impl_ && impl_->registered != nullptr) {
+    DeviceGuard guard(impl_->setup.device);
+    gpuHostUnregister(impl_->registered);
+  }
+}
+
+Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out) {
+  auto impl = std::make_unique<Impl>();
+  impl->setup = std::move(setup);
+  const GpuCommSetup& s = impl->setup;
+  if (s.ranks.size() != s.seg.world_size()) return Status::Internal("daemon sent the wrong number of rank windows");
+  if (s.seg.world_size() > device::kMaxDeviceRanks) return Status::InvalidArgument("too many GPU ranks");
+  DeviceGuard guard(s.device);
+  COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
+  auto import = [&](const GpuWindowRef& ref, std::unique_ptr<ipc::CuMemWindow>* w) -> Status {
+    int fd = -1;
+    uint64_t bytes = 0;
+    COLLECTIVED_RETURN_IF_ERROR(fetch(ref.window_id, &fd, &bytes));
+    if (bytes < ref.bytes) {
+      close(fd);
+      return Status::Internal("GPU window smaller than announced");
+    }
+    // Mapped for this rank's device: peers' windows on other GPUs are reached over peer access.
+    return ipc::CuMemWindow::Import(fd, s.device, ref.bytes, w);
+  };
+  COLLECTIVED_RETURN_IF_ERROR(import(s.control, &impl->control));
+  for (const GpuWindowRef& ref : s.ranks) {
+    std::unique_ptr<ipc::CuMemWindow> w;
+    COLLECTIVED_RETURN_IF_ERROR(import(ref, &w));
+    impl->ranks.push_back(std::move(w));
+  }
+  // The segment's header and rank controls, so kernels can poll the abort
+  // word and mirror their counters where the daemon reads them.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  void* base = &s.seg.header();
+  const uint64_t bytes = device::AlignUp(s.seg.control_bytes(), page);
+  COLLECTIVED_GPU_CHECK(gpuHostRegister(base, bytes, gpuHostRegisterMapped | gpuHostRegisterPortable));
+  impl->registered = base;
+  void* dev = nullptr;
+  COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, base, 0));
+  auto device_view = [&](const void* host) {
+    return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) +
+                                       (static_cast<const uint8_t*>(host) - static_cast<const uint8_t*>(base)));
+  };
+  impl->abort_word = device_view(&s.seg.header().gpu_abort);
+  impl->posted_mirror = device_view(&s.seg.control(s.rank).next_index.value);
+  impl->completed_mirror = device_view(&s.seg.control(s.rank).completed.value);
+  // Ranks on one GPU spin on each other: all their blocks must be resident at once.
+  int sms = 0;
+  COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, s.device));
+  uint32_t sharing = 0;
+  for (const GpuWindowRef& ref : s.ranks) sharing += ref.device_uuid == s.ranks[s.rank].device_uuid ? 1 : 0;
+  impl->blocks = std::max<uint32_t>(
+      1, std::min<uint32_t>(device::kMaxBlocks, device::kResidentBlocksPerSm * static_cast<uint32_t>(sms) / sharing));
+  impl->heap = std::make_shared<SymmetricHeap>(s.heap_bytes);
+  out->reset(new GpuCommunicator(std::move(impl)));
+  return Status::Ok();
+}
+
+Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
+  if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
+  uint64_t offset = 0;
+  COLLECTIVED_RETURN_IF_ERROR(impl_->heap->Alloc(bytes, &offset));
+  out->ptr = impl_->heap_base(impl_->setup.rank) + offset;
+  out->bytes = bytes;
+  out->keep = impl_->ranks[impl_->setup.rank];
+  out->release = [heap = impl_->heap, offset] { return heap->Free(offset); };
+  return Status::Ok();
+}
+
+namespace {
+
+// The descriptor every peer compares: kind, type, op, algorithm, count and,
+// for zero-copy ops, the heap offsets (peers address each other's buffers by them).
+void Describe(device::DeviceRankArgs* a, CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algo,
+              bool zero_copy, uint64_t send_off, uint64_t recv_off) {
+  a->desc[0] = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(op) << 16 |
+               static_cast<uint64_t>(algo) << 24 | static_cast<uint64_t>(zero_copy) << 32;
+  a->desc[1] = a->count;
+  a->desc[2] = zero_copy ? (send_off * 0x9E3779B97F4A7C15ull) ^ recv_off : 0;
+}
+
+}  // namespace
+
+Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op,
+                                  void* stream_ptr, std::shared_ptr<GpuOpState>* out) {
+  Impl& m = *impl_;
+  if (count == 0) return Status::InvalidArgument("count must be positive");
+  if (!IsValidReduction(dtype, op)) {
+    return Status::InvalidArgument(std::string("reduction ") + ReduceOpName(op) + " is not allowed on " +
+                                   DataTypeName(dtype));
+  }
+  const uint64_t bytes = count * DataTypeSize(dtype);
+  if (bytes / DataTypeSize(dtype) != count) return Status::InvalidArgument("count overflows");
+  DeviceGuard guard(m.setup.device);
+  auto stream = static_cast<gpuStream_t>(stream_ptr);
+  uint64_t send_off = 0, recv_off = 0;
+  const bool zero_copy = m.InHeap(send, bytes, &send_off) && m.InHeap(recv, bytes, &recv_off);
+  device::DeviceRankArgs a = m.BaseArgs(count);
+  const bool small = bytes <= m.setup.seg.header().one_shot_max_bytes;
+  device::DeviceAlgorithm algo = small ? device::DeviceAlgorithm::kOneShot : device::DeviceAlgorithm::kTwoShotPush;
+  std::function<Status()> copy_in, copy_out;
+  if (zero_copy) {
+    for (uint32_t k = 0; k < m.world(); ++k) {
+      a.inputs[k] = m.heap_base(k) + send_off;
+      a.outputs[k] = m.heap_base(k) + recv_off;
+    }
+    if (send == recv) algo = device::DeviceAlgorithm::kTwoShotPush;  // the launcher's in-place rule, said up front
+  } else {
+    // Staged through the fixed input slots.
+    if (bytes > m.setup.slot_bytes) {
+      return Status::InvalidArgument("message of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
+                                     std::to_string(m.setup.slot_bytes) +
+                                     " bytes (max_message_bytes); allocate send and recv with "
+                                     "Communicator::AllocBuffer to run it zero-copy");
+    }
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
+    for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.slot(k);
+    uint8_t* mine = m.slot(m.setup.rank);
+    copy_in = [=] {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(mine, send, bytes, gpuMemcpyDeviceToDevice, stream));
+      return Status::Ok();
+    };
+    if (algo == device::DeviceAlgorithm::kOneShot) {
+      a.own_output_only = true;  // peers' recv buffers are not mapped here
+      a.outputs[m.setup.rank] = recv;
+    } else {
+      // Two-shot in place over the slots (only rank r touches chunk r of any
+      // slot), then this rank's slot to recv. The next op's copy-in into the
+      // slot runs after this kernel's end barrier: no peer reads it then.
+      for (uint32_t k = 0; k < m.world(); ++k) a.outputs[k] = m.slot(k);
+      copy_out = [=] {
+        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(recv, mine, bytes, gpuMemcpyDeviceToDevice, stream));
+        return Status::Ok();
+      };
+    }
+  }
+  Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_off, recv_off);
+  auto kernel = [&] { return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream); };
+  return m.Enqueue(stream, copy_in, kernel, copy_out, out);
+}
+
+Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, DataType dtype, void* stream_ptr,
+                                  std::shared_ptr<GpuOpState>* out) {
+  Impl& m = *impl_;
+  const size_t es = DataTypeSize(dtype);
+  if (es == 0) return Status::InvalidArgument("unknown data type");
+  if (count == 0) return Status::InvalidArgument("count must be positive");
+  const uint64_t bytes = count * es;
+  if (bytes / es != count) return Status::InvalidArgument("count overflows");
+  const uint64_t out_bytes = bytes * m.world();
+  DeviceGuard guard(m.setup.device);
+  auto stream = static_cast<gpuStream_t>(stream_ptr);
+  uint64_t recv_off = 0, send_off = 0;
+  const bool zero_copy = m.InHeap(recv, out_bytes, &recv_off);
+  device::DeviceRankArgs a = m.BaseArgs(count);
+  device::GatherAlgorithm algo = device::GatherAlgorithm::kPush;
+  std::function<Status()> copy_in;
+  if (zero_copy) {
+    if (!m.InHeap(send, bytes, &send_off)) COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
+    for (uint32_t k = 0; k < m.world(); ++k) {
+      a.outputs[k] = m.heap_base(k) + recv_off;
+      // Push reads only this rank's input; a peer's is named as its own
+      // output chunk (never read), which keeps the launcher's overlap checks exact.
+      a.inputs[k] = k == m.setup.rank ? send : m.heap_base(k) + recv_off + k * bytes;
+    }
+    send_off = 0;  // peers do not address this rank's input
+  } else {
+    if (bytes > m.setup.slot_bytes) {
+      return Status::InvalidArgument("input of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
+                                     std::to_string(m.setup.slot_bytes) +
+                                     " bytes (max_message_bytes); allocate recv with Communicator::AllocBuffer to "
+                                     "run it zero-copy");
+    }
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
+    algo = device::GatherAlgorithm::kPull;
+    a.own_output_only = true;
+    for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.slot(k);
+    a.outputs[m.setup.rank] = recv;
+    uint8_t* mine = m.slot(m.setup.rank);
+    copy_in = [=] {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(mine, send, bytes, gpuMemcpyDeviceToDevice, stream));
+      return Status::Ok();
+    };
+  }
+  Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy,
+           send_off, recv_off);
+  auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
+  return m.Enqueue(stream, copy_in, kernel, nullptr, out);
+}
+
+Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
+  std::map<gpuStream_t, std::shared_ptr<GpuOpState>> last;
+  {
+    std::lock_guard<std::mutex> lock(impl_->streams_mu);
+    last.swap(impl_->last_op);
+  }
+  DeviceGuard guard(impl_->setup.device);
+  const auto deadline = std::chrono::steady_clock::now();
+  for (const auto& [stream, op] : last) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline + std::chrono::milliseconds(timeout_ms) - std::chrono::steady_clock::now());
+    Status s = GpuOpWait(*op, std::max<int64_t>(0, left.count()));
+    if (s.code() == StatusCode::kDeadlineExceeded && !GpuOpTest(*op, nullptr)) {
+      return Status::DeadlineExceeded("this rank's GPU ops did not finish before destroy");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace collectived

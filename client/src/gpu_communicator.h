@@ -1,0 +1,97 @@
+// Private: the GPU side of one rank's communicator in a client process
+// (client-executed mode). It maps the communicator's device memory (the
+// daemon exports it as cuMem fds), registers the segment's control page with
+// the CUDA context, and enqueues each op on the caller's stream:
+//
+//   post      device-side index (graph replay takes a new one), mirrored to the segment
+//   copy-in   staged ops only: send -> this rank's input slot
+//   kernel    start barrier + device-side matcher, data, end barrier
+//   copy-out  staged two-shot only: input slot -> recv
+//   complete  done = index + 1; the op's verdict into the handle's host slot
+//   event     what Handle::WaitOn(stream) and Handle::Wait() wait for
+//
+// Ops on spans of the symmetric heap (Communicator::AllocBuffer) run zero-copy:
+// peers read and write them in place. Any other device pointers are staged
+// through the fixed input slots (at most max_message_bytes per rank).
+// No CUDA type appears here, so the rest of the client library compiles
+// without the toolkit; gpu_communicator_stub.cc stands in when it is absent.
+#ifndef COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_
+#define COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectived/status.h"
+#include "collectived/types.h"
+#include "ring/segment_layout.h"
+
+namespace collectived {
+
+struct GpuOpState;  // what a Handle of a GPU op holds
+
+// Waits on the host for a GPU op (polls its event until the deadline).
+Status GpuOpWait(const GpuOpState& op, int64_t timeout_ms);
+// True when done; *status gets the op's verdict then.
+bool GpuOpTest(const GpuOpState& op, Status* status);
+// Makes `stream` wait for the op.
+Status GpuOpWaitOn(const GpuOpState& op, void* stream);
+
+// Fetches the fd of a window from the daemon (the caller owns it).
+using FetchFd = std::function<Status(uint64_t window_id, int* fd, uint64_t* bytes)>;
+
+struct GpuWindowRef {
+  uint64_t window_id = 0;
+  uint64_t bytes = 0;
+  std::string device_uuid;
+};
+
+struct GpuCommSetup {
+  int device = 0;  // this rank's ordinal in this process
+  uint32_t rank = 0;
+  ring::CommSegment seg;
+  std::shared_ptr<void> seg_keep;  // keeps the segment mapped
+  GpuWindowRef control;
+  std::vector<GpuWindowRef> ranks;
+  uint64_t slot_bytes = 0;
+  uint64_t heap_bytes = 0;
+};
+
+// A buffer of the symmetric heap: its pointer, and what keeps it mapped and
+// returns its range.
+struct GpuHeapBuffer {
+  void* ptr = nullptr;
+  uint64_t bytes = 0;
+  std::shared_ptr<void> keep;
+  std::function<Status()> release;
+};
+
+class GpuCommunicator {
+ public:
+  static Status Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out);
+  ~GpuCommunicator();
+
+  // Same sizes in the same order on every rank give every rank the same offset.
+  Status AllocBuffer(uint64_t bytes, GpuHeapBuffer* out);
+  Status AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op, void* stream,
+                   std::shared_ptr<GpuOpState>* out);
+  Status AllGather(const void* send, void* recv, uint64_t count, DataType dtype, void* stream,
+                   std::shared_ptr<GpuOpState>* out);
+  // Waits for every eager op this rank enqueued (before Destroy unmaps anything).
+  Status Quiesce(int64_t timeout_ms);
+
+  struct Impl;
+
+ private:
+  explicit GpuCommunicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "GPU-..." UUID of device `ordinal` (the name the daemon knows it by).
+Status GpuDeviceUuid(int ordinal, std::string* uuid);
+
+}  // namespace collectived
+
+#endif  // COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_

@@ -1,0 +1,34 @@
+// Stands in for gpu_communicator.cc when the library is built without the
+// CUDA toolkit: GPU communicators are refused with a clear reason.
+#include "client/src/gpu_communicator.h"
+
+namespace collectived {
+
+namespace {
+Status NoCuda() { return Status::FailedPrecondition("this collectived client library was built without CUDA"); }
+}  // namespace
+
+struct GpuOpState {};
+Status GpuOpWait(const GpuOpState&, int64_t) { return NoCuda(); }
+bool GpuOpTest(const GpuOpState&, Status* status) {
+  if (status) *status = NoCuda();
+  return true;
+}
+Status GpuOpWaitOn(const GpuOpState&, void*) { return NoCuda(); }
+Status GpuDeviceUuid(int, std::string*) { return NoCuda(); }
+
+struct GpuCommunicator::Impl {};
+GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuCommunicator::~GpuCommunicator() = default;
+Status GpuCommunicator::Create(GpuCommSetup, const FetchFd&, std::unique_ptr<GpuCommunicator>*) { return NoCuda(); }
+Status GpuCommunicator::AllocBuffer(uint64_t, GpuHeapBuffer*) { return NoCuda(); }
+Status GpuCommunicator::AllReduce(const void*, void*, uint64_t, DataType, ReduceOp, void*,
+                                  std::shared_ptr<GpuOpState>*) {
+  return NoCuda();
+}
+Status GpuCommunicator::AllGather(const void*, void*, uint64_t, DataType, void*, std::shared_ptr<GpuOpState>*) {
+  return NoCuda();
+}
+Status GpuCommunicator::Quiesce(int64_t) { return Status::Ok(); }
+
+}  // namespace collectived

@@ -1,0 +1,92 @@
+#include "daemon/gpu_comm_memory.h"
+
+#ifdef COLLECTIVED_HAVE_CUDA
+#include "ipc/cumem_window.h"
+#include "kernels/device/gpu_check.h"
+#include "kernels/device/gpu_comm_layout.h"
+#endif
+
+namespace collectived::daemon {
+
+#ifdef COLLECTIVED_HAVE_CUDA
+
+static_assert(kMaxGpuRanks == device::kMaxDeviceRanks, "one limit for the daemon and the kernels");
+
+struct GpuCommMemory::Windows {
+  std::vector<std::unique_ptr<ipc::CuMemWindow>> windows;
+  std::vector<std::string> devices;
+};
+
+bool CudaBackendAvailable(std::string* why_not) {
+  int n = 0;
+  const gpuError_t e = gpuGetDeviceCount(&n);
+  if (e != gpuSuccess || n == 0) {
+    *why_not = e != gpuSuccess ? std::string("no usable GPU: ") + gpuGetErrorString(e) : "no GPU visible";
+    return false;
+  }
+  return true;
+}
+
+Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
+                             std::unique_ptr<GpuCommMemory>* out) {
+  if (device_uuids.empty()) return Status::InvalidArgument("a GPU communicator needs at least one rank");
+  auto m = std::unique_ptr<GpuCommMemory>(new GpuCommMemory());
+  m->windows_ = std::make_unique<Windows>();
+  m->slot_bytes_ = device::AlignUp(slot_bytes, device::kHeapAlignment);
+  m->heap_bytes_ = device::AlignUp(heap_bytes, device::kHeapAlignment);
+  auto add = [&](const std::string& uuid, uint64_t bytes) -> Status {
+    int ordinal = 0;
+    COLLECTIVED_RETURN_IF_ERROR(ipc::GpuOrdinalByUuid(uuid, &ordinal));
+    std::unique_ptr<ipc::CuMemWindow> w;
+    COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Create(ordinal, bytes, &w));
+    m->windows_->windows.push_back(std::move(w));
+    m->windows_->devices.push_back(uuid);
+    return Status::Ok();
+  };
+  COLLECTIVED_RETURN_IF_ERROR(add(device_uuids[0], device::GpuControlLayout::kBytes));
+  // Flags, counters and the error word start at zero; slots and heaps need not.
+  ipc::CuMemWindow& control = *m->windows_->windows[0];
+  COLLECTIVED_GPU_CHECK(gpuSetDevice(control.ordinal()));
+  COLLECTIVED_GPU_CHECK(gpuMemset(control.device_ptr(), 0, control.size()));
+  COLLECTIVED_GPU_CHECK(gpuDeviceSynchronize());
+  for (const std::string& uuid : device_uuids) {
+    COLLECTIVED_RETURN_IF_ERROR(add(uuid, m->slot_bytes_ + m->heap_bytes_));
+  }
+  *out = std::move(m);
+  return Status::Ok();
+}
+
+GpuCommMemory::~GpuCommMemory() = default;
+
+Status GpuCommMemory::ExportFd(uint32_t w, int* fd) const {
+  if (w >= windows_->windows.size()) return Status::NotFound("no such GPU window");
+  return windows_->windows[w]->ExportFd(fd);
+}
+uint32_t GpuCommMemory::window_count() const { return static_cast<uint32_t>(windows_->windows.size()); }
+uint64_t GpuCommMemory::window_bytes(uint32_t w) const { return windows_->windows[w]->size(); }
+const std::string& GpuCommMemory::window_device(uint32_t w) const { return windows_->devices[w]; }
+
+#else  // no CUDA toolkit at build time
+
+struct GpuCommMemory::Windows {};
+
+bool CudaBackendAvailable(std::string* why_not) {
+  *why_not = "this collectived was built without the CUDA toolkit";
+  return false;
+}
+
+Status GpuCommMemory::Create(const std::vector<std::string>&, uint64_t, uint64_t, std::unique_ptr<GpuCommMemory>*) {
+  return Status::FailedPrecondition("this collectived was built without the CUDA backend");
+}
+GpuCommMemory::~GpuCommMemory() = default;
+Status GpuCommMemory::ExportFd(uint32_t, int*) const { return Status::FailedPrecondition("no CUDA backend"); }
+uint32_t GpuCommMemory::window_count() const { return 0; }
+uint64_t GpuCommMemory::window_bytes(uint32_t) const { return 0; }
+const std::string& GpuCommMemory::window_device(uint32_t) const {
+  static const std::string kNone;
+  return kNone;
+}
+
+#endif
+
+}  // namespace collectived::daemon

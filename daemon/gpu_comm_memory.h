@@ -1,0 +1,50 @@
+// The device memory of one GPU communicator, owned by the daemon: a control
+// window on the first rank's device and one rank window (input slot, then
+// symmetric heap) per rank on that rank's device, all cuMem allocations that
+// members import by fd (kernels/device/gpu_comm_layout.h has the layout).
+// Built with the CUDA toolkit; elsewhere Create() says the backend is absent.
+#ifndef COLLECTIVED_DAEMON_GPU_COMM_MEMORY_H_
+#define COLLECTIVED_DAEMON_GPU_COMM_MEMORY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectived/status.h"
+
+namespace collectived::daemon {
+
+// Ranks of one GPU communicator (the kernels' kMaxDeviceRanks).
+constexpr uint32_t kMaxGpuRanks = 16;
+
+// True when this build has the CUDA backend and at least one GPU is visible.
+bool CudaBackendAvailable(std::string* why_not);
+
+class GpuCommMemory {
+ public:
+  // `device_uuids[r]` is rank r's device. slot_bytes and heap_bytes are
+  // rounded up to the heap alignment.
+  static Status Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
+                       std::unique_ptr<GpuCommMemory>* out);
+  ~GpuCommMemory();
+
+  // Window w: 0 is the control window, 1 + r rank r's. A new fd the caller closes.
+  Status ExportFd(uint32_t w, int* fd) const;
+  uint32_t window_count() const;
+  uint64_t window_bytes(uint32_t w) const;
+  const std::string& window_device(uint32_t w) const;
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t heap_bytes() const { return heap_bytes_; }
+
+ private:
+  struct Windows;
+  GpuCommMemory() = default;
+  std::unique_ptr<Windows> windows_;
+  uint64_t slot_bytes_ = 0;
+  uint64_t heap_bytes_ = 0;
+};
+
+}  // namespace collectived::daemon
+
+#endif  // COLLECTIVED_DAEMON_GPU_COMM_MEMORY_H_
