@@ -25,6 +25,17 @@ extern char** environ;
 
 namespace collectived::testing {
 
+// Binaries under test: the build's, unless the environment names others
+// (a bundle carried to another machine).
+inline std::string DaemonBin() {
+  const char* e = std::getenv("COLLECTIVED_DAEMON_BIN");
+  return e != nullptr ? e : COLLECTIVED_DAEMON_BIN;
+}
+inline std::string TestClientBin() {
+  const char* e = std::getenv("COLLECTIVED_TEST_CLIENT_BIN");
+  return e != nullptr ? e : COLLECTIVED_TEST_CLIENT_BIN;
+}
+
 // A spawned process with stdout+stderr captured to a file.
 class Process {
  public:
@@ -93,7 +104,7 @@ class TempDir {
 class Daemon {
  public:
   explicit Daemon(std::vector<std::string> extra_flags = {}) {
-    std::vector<std::string> argv = {COLLECTIVED_DAEMON_BIN, "--socket", socket(), "--log-level", "info"};
+    std::vector<std::string> argv = {DaemonBin(), "--socket", socket(), "--log-level", "info"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     process_ = std::make_unique<Process>(argv, dir_.path() + "/daemon.log");
     for (int i = 0; i < 400 && !ready_; ++i) {  // up to 4 s
@@ -121,7 +132,7 @@ class Daemon {
   // A helper client process (tests/integration/test_client.cc).
   std::unique_ptr<Process> SpawnClient(const std::string& key, uint32_t world, uint32_t rank,
                                        std::vector<std::string> extra = {}) const {
-    std::vector<std::string> argv = {COLLECTIVED_TEST_CLIENT_BIN, "--socket", socket(), "--key", key, "--world",
+    std::vector<std::string> argv = {TestClientBin(), "--socket", socket(), "--key", key, "--world",
                                      std::to_string(world), "--rank", std::to_string(rank)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Process>(argv, dir_.path() + "/client-" + key + "-" + std::to_string(rank) + ".log");
