@@ -1,0 +1,70 @@
+// The in-process baseline: VirtualRanks straight on the kernels.
+#include "bench/rank_set.h"
+#include "kernels/device/gpu_check.h"
+#include "tests/support/virtual_ranks.h"
+
+namespace collectived::bench {
+namespace {
+
+class InProcessRanks : public RankSet {
+ public:
+  Status Init(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm) {
+    COLLECTIVED_RETURN_IF_ERROR(vr_.Init(n, in_bytes, out_bytes));
+    vr_.SetSingleLaunch(single_launch);
+    int sms = 0;
+    COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0));
+    blocks_ = std::max<uint32_t>(1, std::min<uint32_t>(device::kMaxBlocks, blocks_per_sm * sms / n));
+    for (uint32_t r = 0; r < n; ++r) local_.push_back(r);
+    single_launch_ = single_launch;
+    return Status::Ok();
+  }
+  uint32_t world() const override { return vr_.world(); }
+  const std::vector<uint32_t>& local() const override { return local_; }
+  gpuStream_t stream(uint32_t r) const override { return vr_.stream(r); }
+  Status Prepare(const OpSpec& spec, uint64_t seed, uint64_t count, bool in_place) override {
+    return vr_.Prepare(spec.dtype, spec.op, spec.gather, seed, count, in_place);
+  }
+  Status Enqueue(const OpSpec& spec, uint64_t count, bool in_place) override {
+    if (spec.gather) return vr_.AllGather(spec.dtype, count, in_place, blocks_);
+    if (spec.algo == "fused") {
+      return device::LaunchFusedAllReduce(spec.dtype, spec.op, vr_.Args(0, count, in_place), device::kMaxBlocks,
+                                          vr_.stream(0));
+    }
+    const uint64_t bytes = count * DataTypeSize(spec.dtype);
+    device::DeviceAlgorithm algo = bytes <= (256u << 10) ? device::DeviceAlgorithm::kOneShot
+                                                         : device::DeviceAlgorithm::kTwoShotPush;
+    if (spec.algo == "oneshot") algo = device::DeviceAlgorithm::kOneShot;
+    if (spec.algo == "twoshot") algo = device::DeviceAlgorithm::kTwoShotPush;
+    return vr_.AllReduce(spec.dtype, spec.op, algo, count, in_place, blocks_);
+  }
+  Status Sync() override {
+    COLLECTIVED_RETURN_IF_ERROR(vr_.Sync());
+    if (vr_.Error() != 0) return Status::Internal("device error " + std::to_string(vr_.Error()));
+    return Status::Ok();
+  }
+  uint64_t Wrong(const OpSpec& spec, uint64_t seed, uint64_t count) override {
+    return vr_.Wrong(spec.dtype, spec.op, spec.gather, seed, count);
+  }
+  std::string Describe() const override {
+    return "in-process baseline: " + std::to_string(vr_.world()) + " virtual ranks on one GPU, " +
+           std::to_string(blocks_) + " blocks per rank, " + (single_launch_ ? "single launch" : "post/complete");
+  }
+
+ private:
+  testing::VirtualRanks vr_;
+  std::vector<uint32_t> local_;
+  uint32_t blocks_ = 1;
+  bool single_launch_ = true;
+};
+
+}  // namespace
+
+Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
+                          std::unique_ptr<RankSet>* out) {
+  auto r = std::make_unique<InProcessRanks>();
+  COLLECTIVED_RETURN_IF_ERROR(r->Init(n, in_bytes, out_bytes, single_launch, blocks_per_sm));
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+}  // namespace collectived::bench

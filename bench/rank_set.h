@@ -1,0 +1,55 @@
+// What collective-bench drives: the ranks this process owns, their streams,
+// and one op on each of them. Two kinds: the in-process baseline (virtual
+// ranks straight on the kernels, no daemon) and ranks through collectived
+// (client library, daemon-owned memory), as threads of this process or one
+// per MPI process.
+#ifndef COLLECTIVED_BENCH_RANK_SET_H_
+#define COLLECTIVED_BENCH_RANK_SET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectived/status.h"
+#include "collectived/types.h"
+#include "kernels/device/device_collectives.h"
+
+namespace collectived::bench {
+
+struct OpSpec {
+  bool gather = false;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::string algo = "auto";  // auto | oneshot | twoshot | fused (in-process only)
+};
+
+class RankSet {
+ public:
+  virtual ~RankSet() = default;
+  virtual uint32_t world() const = 0;
+  virtual const std::vector<uint32_t>& local() const = 0;  // ranks driven by this process
+  virtual gpuStream_t stream(uint32_t r) const = 0;
+  // Exact inputs for the local ranks, outputs poisoned.
+  virtual Status Prepare(const OpSpec& spec, uint64_t seed, uint64_t count, bool in_place) = 0;
+  // One op on every local rank, each on its own stream.
+  virtual Status Enqueue(const OpSpec& spec, uint64_t count, bool in_place) = 0;
+  // Waits for the local ranks' streams; an op's failure becomes the status.
+  virtual Status Sync() = 0;
+  virtual uint64_t Wrong(const OpSpec& spec, uint64_t seed, uint64_t count) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+// n virtual ranks on one GPU, no daemon. blocks_per_sm: see kResidentBlocksPerSm.
+Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
+                          std::unique_ptr<RankSet>* out);
+// Ranks through collectived at `socket`: `local` of `world` in this process
+// (threads' sessions), buffers on the communicator's symmetric heap
+// (zero_copy) or cudaMalloc'd (staged). `key` names the communicator.
+Status MakeDaemonRanks(const std::string& socket, const std::string& key, uint32_t world,
+                       const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, bool zero_copy,
+                       std::unique_ptr<RankSet>* out);
+
+}  // namespace collectived::bench
+
+#endif  // COLLECTIVED_BENCH_RANK_SET_H_
