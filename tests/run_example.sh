@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs the example job: a private collectived, then 4 client processes that
 # all-reduce and all-gather through it, once client-executed and once
-# daemon-executed; prints their results and `collectivectl stats`, stops the
-# daemon cleanly. Exit 0 iff every element of every result was exact.
+# daemon-executed; when the daemon serves the cuda backend (a GPU is visible)
+# and GPU_EXAMPLE_BIN exists, 4 GPU client processes too (one GPU communicator,
+# client-executed on each client's stream). Prints their results and
+# `collectivectl stats`, stops the daemon cleanly. Exit 0 iff every element of
+# every result was exact.
 #
-#   run_example.sh COLLECTIVED_BIN EXAMPLE_BIN COLLECTIVECTL_BIN [COUNT]
+#   run_example.sh COLLECTIVED_BIN EXAMPLE_BIN COLLECTIVECTL_BIN [COUNT] [GPU_EXAMPLE_BIN]
 set -u
-daemon_bin=$1 example_bin=$2 ctl_bin=$3 count=${4:-1048576}
+daemon_bin=$1 example_bin=$2 ctl_bin=$3 count=${4:-1048576} gpu_example_bin=${5:-}
 work=$(mktemp -d /tmp/collectived-example-XXXXXX)
 sock=$work/collectived.sock
 cleanup() {
@@ -39,6 +42,20 @@ for mode in client daemon; do
     cat "$work/rank$rank.out"
   done
 done
+if "$ctl_bin" --socket "$sock" version | grep -q "backend cuda" && [ -x "$gpu_example_bin" ]; then
+  echo "--- 4 GPU clients on device 0 (client-executed on their own streams; under MPS they run concurrently,"
+  echo "    without it the GPU time-slices between the processes), $count elements per rank"
+  pids=()
+  for rank in 0 1 2 3; do
+    "$gpu_example_bin" --socket "$sock" --key example-gpu --world 4 --rank "$rank" --count "$count" \
+      > "$work/gpu$rank.out" 2>&1 &
+    pids+=($!)
+  done
+  for rank in 0 1 2 3; do
+    wait "${pids[$rank]}" || status=1
+    cat "$work/gpu$rank.out"
+  done
+fi
 echo "--- collectivectl stats"
 "$ctl_bin" --socket "$sock" stats
 
