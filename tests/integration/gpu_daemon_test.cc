@@ -486,6 +486,43 @@ TEST(GpuDaemonTest, ARankThatLeavesMidOpAbortsItsPeersInsteadOfHanging) {
   for (uint32_t r = 0; r < 2; ++r) EXPECT_TRUE(h2[r].Wait().ok());
 }
 
+std::string GpuClientBin() {
+  const char* e = std::getenv("COLLECTIVED_GPU_TEST_CLIENT_BIN");
+  return e != nullptr ? e : COLLECTIVED_GPU_TEST_CLIENT_BIN;
+}
+
+// Ranks in separate processes (without MPS the GPU time-slices between them:
+// slow, still exact). Then a rank process killed with SIGKILL while its peer's
+// kernel spins for it: the peer gets ABORTED, not a hang.
+TEST(GpuDaemonTest, RanksInSeparateProcessesAndAKilledOne) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  auto spawn = [&](const std::string& key, uint32_t rank, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {GpuClientBin(), "--socket", d.socket(), "--key", key, "--world", "2",
+                                     "--rank", std::to_string(rank)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<testing::Process>(argv, d.dir() + "/gpu-" + key + std::to_string(rank) + ".log");
+  };
+  {
+    auto p0 = spawn("procs", 0, {}), p1 = spawn("procs", 1, {});
+    EXPECT_EQ(p0->Wait(60000), 0) << p0->Output();
+    EXPECT_EQ(p1->Wait(60000), 0) << p1->Output();
+  }
+  auto survivor = spawn("kill", 0, {"--expect", std::to_string(static_cast<int>(StatusCode::kAborted))});
+  auto victim = spawn("kill", 1, {"--hang", "1"});
+  for (int i = 0; i < 600 && survivor->Output().find("posted") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(survivor->Output().find("posted"), std::string::npos) << survivor->Output() << victim->Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its kernel is spinning for rank 1
+  const auto t0 = std::chrono::steady_clock::now();
+  victim->Kill(SIGKILL);
+  EXPECT_EQ(survivor->Wait(kOpTimeoutMs), 0) << survivor->Output();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(survivor->Output().find("rank 1"), std::string::npos) << survivor->Output();
+}
+
 TEST(GpuDaemonTest, BadInputGetsSpecificErrors) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags());
