@@ -65,6 +65,8 @@ Status GpuCommMemory::ExportFd(uint32_t w, int* fd) const {
 uint32_t GpuCommMemory::window_count() const { return static_cast<uint32_t>(windows_->windows.size()); }
 uint64_t GpuCommMemory::window_bytes(uint32_t w) const { return windows_->windows[w]->size(); }
 const std::string& GpuCommMemory::window_device(uint32_t w) const { return windows_->devices[w]; }
+void* GpuCommMemory::window_ptr(uint32_t w) const { return windows_->windows[w]->device_ptr(); }
+int GpuCommMemory::window_ordinal(uint32_t w) const { return windows_->windows[w]->ordinal(); }
 
 #else  // no CUDA toolkit at build time
 
@@ -86,6 +88,8 @@ const std::string& GpuCommMemory::window_device(uint32_t) const {
   static const std::string kNone;
   return kNone;
 }
+void* GpuCommMemory::window_ptr(uint32_t) const { return nullptr; }
+int GpuCommMemory::window_ordinal(uint32_t) const { return -1; }
 
 #endif
 

@@ -34,6 +34,9 @@ class GpuCommMemory {
   uint32_t window_count() const;
   uint64_t window_bytes(uint32_t w) const;
   const std::string& window_device(uint32_t w) const;
+  // The daemon's own mapping of window w, and its device ordinal here.
+  void* window_ptr(uint32_t w) const;
+  int window_ordinal(uint32_t w) const;
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t heap_bytes() const { return heap_bytes_; }
 

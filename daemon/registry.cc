@@ -6,6 +6,7 @@
 #include <set>
 
 #include "daemon/gpu_comm_memory.h"
+#include "daemon/gpu_executor.h"
 #include "ring/matcher.h"
 #include "ring/op_ring.h"
 #include "ring/wait.h"
@@ -63,6 +64,7 @@ struct Registry::Comm {
   uint64_t gpu_heap_bytes = 0;
   std::shared_ptr<GpuCommMemory> gpu_memory;
   std::vector<uint64_t> gpu_window_ids;  // index w of gpu_memory -> window id
+  std::shared_ptr<GpuExecutor> gpu_executor;  // daemon-executed GPU communicators
 };
 
 namespace {
@@ -290,10 +292,6 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
           return Status::FailedPrecondition("this collectived serves the '" + config_.backend +
                                             "' backend; GPU communicators need a daemon on the cuda backend");
         }
-        if (mode == ExecutionMode::kDaemon) {
-          return Status::Unimplemented(
-              "daemon-executed GPU communicators are not available yet; use client-executed mode (the default)");
-        }
         if (req.world_size > kMaxGpuRanks) {
           return Status::InvalidArgument("world_size " + std::to_string(req.world_size) +
                                          " above the GPU limit of " + std::to_string(kMaxGpuRanks));
@@ -454,6 +452,16 @@ Status Registry::FormGpuLocked(Comm& comm) {
     return s;
   }
   comm.gpu_memory = std::move(mem);
+  if (comm.mode == ExecutionMode::kDaemon) {
+    std::unique_ptr<GpuExecutor> ex;
+    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, &ex);
+    if (!s.ok()) {
+      spdlog::error("GPU communicator {} '{}': daemon executor not started: {}", comm.id, comm.key, s.ToString());
+      comm.gpu_memory.reset();
+      return s;
+    }
+    comm.gpu_executor = std::move(ex);
+  }
   for (uint32_t w = 0; w < comm.gpu_memory->window_count(); ++w) {
     const uint64_t id = next_id_++;
     comm.gpu_window_ids.push_back(id);
@@ -529,6 +537,11 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     if (recently_closed_.size() > 16) recently_closed_.pop_front();
   }
   for (uint64_t w : comm.gpu_window_ids) gpu_windows_.erase(w);  // members keep their own mappings
+  if (comm.gpu_executor) {
+    spdlog::info("communicator {}: daemon-executed GPU ops {}, mean handoff {:.1f} us (last rank ready to launch)",
+                 comm.id, comm.gpu_executor->ops(), comm.gpu_executor->handoff_us_mean());
+    after->push_back([ex = std::move(comm.gpu_executor)] { ex->Stop(); });
+  }
   auto node = comms_.extract(comm.id);  // `comm` dies with `node` below
   auto holder = std::make_shared<std::unique_ptr<Comm>>(std::move(node.mapped()));
   after->push_back([holder] { holder->reset(); });
@@ -707,6 +720,7 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
     cs->set_matched(all_done);
     cs->set_completed(all_done);
     const bool kernel_gave_up = h.gpu_abort.load(std::memory_order_acquire) != 0;
+    if (c.gpu_executor) cs->set_gpu_handoff_us_mean(c.gpu_executor->handoff_us_mean());
     cs->set_aborted(c.seg.aborted() || kernel_gave_up);
     if (c.seg.aborted()) {
       cs->set_abort_reason(c.seg.AbortStatus().message());

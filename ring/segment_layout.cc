@@ -132,9 +132,7 @@ void CommSegment::Abort(StatusCode code, const char* reason) const {
   h.gpu_abort.store(1, std::memory_order_release);
 }
 
-uint64_t CommSegment::control_bytes() const {
-  return layout_.rank_control_offset + uint64_t{world_size()} * sizeof(RankControl);
-}
+uint64_t CommSegment::control_bytes() const { return layout_.status_offset; }
 
 Status CommSegment::AbortStatus() const {
   const uint64_t code = header().abort_code.load(std::memory_order_acquire);

@@ -156,8 +156,8 @@ class CommSegment {
   StatusRecord& status_record(uint32_t rank, uint64_t index) const;
   uint8_t* in_slot(uint32_t rank) const;
   uint8_t* shard_slot(uint32_t rank) const;
-  // Bytes from the segment's start through the last rank's control words:
-  // what a GPU communicator registers with its CUDA context.
+  // Bytes from the segment's start through the rings (header, rank controls,
+  // rings): what a GPU communicator registers with its CUDA contexts.
   uint64_t control_bytes() const;
 
   // First abort wins; later calls keep the first reason.

@@ -283,6 +283,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     for (const auto& w : resp.gpu_ranks()) setup.ranks.push_back(ref(w));
     setup.slot_bytes = resp.gpu_slot_bytes();
     setup.heap_bytes = resp.gpu_heap_bytes();
+    setup.daemon_executed = resp.mode() == v1::EXECUTION_MODE_DAEMON;
     s = GpuCommunicator::Create(std::move(setup),
                                 [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
     if (!s.ok()) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -242,6 +243,7 @@ struct GpuCommunicator::Impl {
   uint64_t* posted_mirror = nullptr;     // device views of the segment's words
   uint64_t* completed_mirror = nullptr;
   uint64_t* abort_word = nullptr;
+  uint8_t* ring = nullptr;  // device view of this rank's op ring (daemon-executed)
   uint32_t blocks = 1;
   std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
   std::shared_ptr<SymmetricHeap> heap;
@@ -297,6 +299,29 @@ struct GpuCommunicator::Impl {
     return Status::Ok();
   }
 
+  // Daemon-executed: the descriptor into the ring (after the copy-in), then a
+  // wait on the daemon's completion word.
+  Status PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream_t stream) {
+    void* c = control->device_ptr();
+    device::RingPostArgs p;
+    p.counter = device::GpuControlLayout::Counter(c, setup.rank);
+    p.op_index = device::GpuControlLayout::OpIndex(c, setup.rank);
+    p.posted_mirror = posted_mirror;
+    p.ring = ring;
+    p.depth = setup.seg.ring_depth();
+    p.slot_bytes = sizeof(ring::RingSlot);
+    p.desc_offset = offsetof(ring::RingSlot, desc);
+    static_assert(sizeof(ring::OpDescriptor) % 8 == 0 && sizeof(ring::OpDescriptor) / 8 <= device::kRingDescriptorWords);
+    p.desc_words = sizeof(ring::OpDescriptor) / 8;
+    std::memcpy(p.desc, &d, sizeof(d));
+    p.completed = completed_mirror;
+    p.abort_word = abort_word;
+    p.error_word = device::GpuControlLayout::Error(c);
+    p.timeout_ns = setup.seg.header().op_timeout_ns;
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchRingPost(p, stream));
+    return device::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
+  }
+
   // Runs post, [copy-in], kernel, [copy-out], complete, event on `stream`.
   Status Enqueue(gpuStream_t stream, const std::function<Status()>& copy_in, const std::function<Status()>& kernel,
                  const std::function<Status()>& copy_out, std::shared_ptr<GpuOpState>* out) {
@@ -313,9 +338,11 @@ struct GpuCommunicator::Impl {
     int32_t* slot_dev = nullptr;
     if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
     void* c = control->device_ptr();
-    COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
-                                                   device::GpuControlLayout::OpIndex(c, setup.rank), stream,
-                                                   posted_mirror));
+    if (!setup.daemon_executed) {
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
+                                                     device::GpuControlLayout::OpIndex(c, setup.rank), stream,
+                                                     posted_mirror));
+    }
     if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
     // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
     const ring::CommHeader& h = setup.seg.header();
@@ -331,9 +358,11 @@ struct GpuCommunicator::Impl {
     if (copy_out) COLLECTIVED_RETURN_IF_ERROR(copy_out());
     // A captured op's verdict has no host slot to go to (a graph outlives
     // handles); its failure shows in every later eager op, the error word being sticky.
+    // Daemon-executed: the daemon keeps `completed` itself.
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
         device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
-        completed_mirror, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
+        setup.daemon_executed ? nullptr : completed_mirror, op->captured ? nullptr : device::GpuControlLayout::Error(c),
+        slot_dev));
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
     if (!op->captured) {
       std::lock_guard<std::mutex> lock(streams_mu);
@@ -394,6 +423,7 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
   impl->abort_word = device_view(&s.seg.header().gpu_abort);
   impl->posted_mirror = device_view(&s.seg.control(s.rank).next_index.value);
   impl->completed_mirror = device_view(&s.seg.control(s.rank).completed.value);
+  impl->ring = reinterpret_cast<uint8_t*>(device_view(&s.seg.slot(s.rank, 0)));
   // Ranks on one GPU spin on each other: all their blocks must be resident at once.
   int sms = 0;
   COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, s.device));
@@ -443,6 +473,9 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   if (bytes / DataTypeSize(dtype) != count) return Status::InvalidArgument("count overflows");
   DeviceGuard guard(m.setup.device);
   auto stream = static_cast<gpuStream_t>(stream_ptr);
+  if (m.setup.daemon_executed) {
+    return DaemonOp(CollectiveKind::kAllReduce, send, recv, count, dtype, op, stream, out);
+  }
   uint64_t send_off = 0, recv_off = 0;
   const bool zero_copy = m.InHeap(send, bytes, &send_off) && m.InHeap(recv, bytes, &recv_off);
   device::DeviceRankArgs a = m.BaseArgs(count);
@@ -501,6 +534,9 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   const uint64_t out_bytes = bytes * m.world();
   DeviceGuard guard(m.setup.device);
   auto stream = static_cast<gpuStream_t>(stream_ptr);
+  if (m.setup.daemon_executed) {
+    return DaemonOp(CollectiveKind::kAllGather, send, recv, count, dtype, ReduceOp::kUnspecified, stream, out);
+  }
   uint64_t recv_off = 0, send_off = 0;
   const bool zero_copy = m.InHeap(recv, out_bytes, &recv_off);
   device::DeviceRankArgs a = m.BaseArgs(count);
@@ -538,6 +574,55 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
            send_off, recv_off);
   auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
   return m.Enqueue(stream, copy_in, kernel, nullptr, out);
+}
+
+Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* recv, uint64_t count, DataType dtype,
+                                 ReduceOp op, void* stream_ptr, std::shared_ptr<GpuOpState>* out) {
+  Impl& m = *impl_;
+  auto stream = static_cast<gpuStream_t>(stream_ptr);
+  const uint64_t bytes = count * DataTypeSize(dtype);
+  const uint64_t out_bytes = kind == CollectiveKind::kAllGather ? bytes * m.world() : bytes;
+  ring::OpDescriptor d{};
+  d.kind = kind;
+  d.dtype = dtype;
+  d.reduce_op = op;
+  d.algorithm = ring::Algorithm::kUnspecified;  // one fused launch
+  d.count = count;
+  // The daemon addresses each rank's buffers on its own (no symmetry needed):
+  // heap buffers in place, anything else through the rank's slot.
+  std::function<Status()> copy_in, copy_out;
+  uint8_t* mine = m.slot(m.setup.rank);
+  if (m.InHeap(send, bytes, &d.send_offset)) {
+    d.send_buffer_id = device::kGpuPlaceHeap;
+  } else {
+    if (bytes > m.setup.slot_bytes) {
+      return Status::InvalidArgument("message of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
+                                     std::to_string(m.setup.slot_bytes) + " bytes; use Communicator::AllocBuffer");
+    }
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
+    d.send_buffer_id = device::kGpuPlaceSlot;
+    copy_in = [=] {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(mine, send, bytes, gpuMemcpyDeviceToDevice, stream));
+      return Status::Ok();
+    };
+  }
+  if (m.InHeap(recv, out_bytes, &d.recv_offset)) {
+    d.recv_buffer_id = device::kGpuPlaceHeap;
+  } else if (kind == CollectiveKind::kAllGather) {
+    return Status::InvalidArgument("a daemon-executed all-gather writes into the symmetric heap: allocate recv with "
+                                   "Communicator::AllocBuffer");
+  } else {
+    if (out_bytes > m.setup.slot_bytes) return Status::InvalidArgument("message exceeds the staging slot");
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
+    d.recv_buffer_id = device::kGpuPlaceSlot;
+    d.recv_offset = 0;
+    copy_out = [=] {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(recv, mine, bytes, gpuMemcpyDeviceToDevice, stream));
+      return Status::Ok();
+    };
+  }
+  auto kernel = [&] { return m.PostAndWaitForDaemon(d, stream); };
+  return m.Enqueue(stream, copy_in, kernel, copy_out, out);
 }
 
 Status GpuCommunicator::Quiesce(int64_t timeout_ms) {

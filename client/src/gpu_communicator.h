@@ -10,6 +10,11 @@
 //   complete  done = index + 1; the op's verdict into the handle's host slot
 //   event     what Handle::WaitOn(stream) and Handle::Wait() wait for
 //
+// Daemon-executed communicators replace the kernel by a ring post (the
+// descriptor into the op ring, stream-ordered after the copy-in) and a wait
+// kernel on the daemon's completion word; the daemon runs every rank's part
+// in one fused launch.
+//
 // Ops on spans of the symmetric heap (Communicator::AllocBuffer) run zero-copy:
 // peers read and write them in place. Any other device pointers are staged
 // through the fixed input slots (at most max_message_bytes per rank).
@@ -57,6 +62,9 @@ struct GpuCommSetup {
   std::vector<GpuWindowRef> ranks;
   uint64_t slot_bytes = 0;
   uint64_t heap_bytes = 0;
+  // Daemon-executed: the client posts into the op ring and waits for the
+  // daemon's fused launch instead of running the kernel itself.
+  bool daemon_executed = false;
 };
 
 // A buffer of the symmetric heap: its pointer, and what keeps it mapped and
@@ -85,6 +93,8 @@ class GpuCommunicator {
   struct Impl;
 
  private:
+  Status DaemonOp(CollectiveKind kind, const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op,
+                  void* stream, std::shared_ptr<GpuOpState>* out);
   explicit GpuCommunicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

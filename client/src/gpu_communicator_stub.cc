@@ -30,5 +30,9 @@ Status GpuCommunicator::AllGather(const void*, void*, uint64_t, DataType, void*,
   return NoCuda();
 }
 Status GpuCommunicator::Quiesce(int64_t) { return Status::Ok(); }
+Status GpuCommunicator::DaemonOp(CollectiveKind, const void*, void*, uint64_t, DataType, ReduceOp, void*,
+                                 std::shared_ptr<GpuOpState>*) {
+  return NoCuda();
+}
 
 }  // namespace collectived

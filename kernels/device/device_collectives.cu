@@ -245,6 +245,30 @@ __global__ void __launch_bounds__(kThreads) FusedKernel(DeviceRankArgs a, bool v
   ReduceRange<T, kOp>(a, Range{0, a.count}, 0, a.world - 1, vec);
 }
 
+__global__ void RingPostKernel(RingPostArgs r) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(r.counter), 1ull);
+  *r.op_index = index;
+  DeviceRankArgs a;
+  a.abort_word = r.abort_word;
+  a.error_word = r.error_word;
+  a.timeout_ns = r.timeout_ns;
+  // The slot is free once the daemon finished the op that used it last.
+  if (index >= r.depth && !SpinAtLeast(a, r.completed, index + 1 - r.depth)) return;
+  uint8_t* slot = r.ring + (index % r.depth) * r.slot_bytes;
+  volatile uint64_t* desc = reinterpret_cast<volatile uint64_t*>(slot + r.desc_offset);
+  for (uint32_t w = 0; w < r.desc_words; ++w) desc[w] = r.desc[w];
+  __threadfence_system();
+  StoreRelease(reinterpret_cast<uint64_t*>(slot), index + 1);
+  if (r.posted_mirror != nullptr) StoreRelease(r.posted_mirror, index + 1);
+}
+
+__global__ void PublishKernel(PublishArgs p) {
+  if (blockIdx.x != 0 || threadIdx.x >= p.n) return;
+  __threadfence_system();
+  StoreRelease(p.words[threadIdx.x], p.value);
+}
+
 // Element-size copy type for all-gather (a pure copy).
 template <int kSize>
 struct CopyType;
@@ -281,6 +305,31 @@ __global__ void __launch_bounds__(kThreads) AllGatherPullKernel(DeviceRankArgs a
     GridCopy<T>(static_cast<const T*>(a.inputs[k]), out + k * a.count, a.count, vec);
   }
   if (Barrier(a, 1, gen)) FinishOp(a, gen);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) FusedAllGatherKernel(DeviceRankArgs a, bool vec) {
+  for (uint32_t k = 0; k < a.world; ++k) {
+    const T* in = static_cast<const T*>(a.inputs[k]);
+    const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+    uint64_t scalar_begin = 0;
+    if (vec) {
+      constexpr uint64_t kN = 16 / sizeof(T);
+      const uint64_t packs = a.count / kN;
+      for (uint64_t p = tid; p < packs; p += nthreads) {
+        const uint4 v = reinterpret_cast<const uint4*>(in)[p];
+        for (uint32_t j = 0; j < a.world; ++j) {
+          reinterpret_cast<uint4*>(static_cast<T*>(a.outputs[j]) + k * a.count)[p] = v;
+        }
+      }
+      scalar_begin = packs * kN;
+    }
+    for (uint64_t i = scalar_begin + tid; i < a.count; i += nthreads) {
+      const T v = in[i];
+      for (uint32_t j = 0; j < a.world; ++j) static_cast<T*>(a.outputs[j])[k * a.count + i] = v;
+    }
+  }
 }
 
 template <typename T>
@@ -395,6 +444,11 @@ Status PreloadKernels() {
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint16_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint32_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint64_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint16_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint32_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint64_t>));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(RingPostKernel));
+  COLLECTIVED_RETURN_IF_ERROR(Preload(PublishKernel));
   for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                       DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
@@ -480,6 +534,42 @@ Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& a
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
   });
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchRingPost(const RingPostArgs& args, gpuStream_t stream) {
+  if (args.counter == nullptr || args.op_index == nullptr || args.ring == nullptr || args.completed == nullptr ||
+      args.abort_word == nullptr || args.error_word == nullptr || args.depth == 0 || args.timeout_ns == 0 ||
+      args.desc_words > kRingDescriptorWords) {
+    return Status::InvalidArgument("ring post needs counter, index, ring, completed, abort/error words, a depth "
+                                   "and a timeout");
+  }
+  RingPostKernel<<<1, 32, 0, stream>>>(args);
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchPublish(const PublishArgs& args, gpuStream_t stream) {
+  if (args.n == 0 || args.n > kMaxPublishWords) return Status::InvalidArgument("publish: 1..64 words");
+  PublishKernel<<<1, kMaxPublishWords, 0, stream>>>(args);
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status LaunchFusedAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, false));
+  const size_t es = DataTypeSize(dtype);
+  if (es == 0) return Status::InvalidArgument("unknown data type");
+  bool in_place = false;  // an in-place input is copied onto itself: safe
+  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, args.count * es, args.world * args.count * es, args.count * es,
+                                             &in_place));
+  const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
+  switch (es) {
+    case 2: FusedAllGatherKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+    case 4: FusedAllGatherKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+    default: FusedAllGatherKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+  }
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }

@@ -126,6 +126,45 @@ Status LaunchDelay(uint64_t ns, gpuStream_t stream);
 
 Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& args, uint32_t blocks,
                             gpuStream_t stream);
+// Fused all-gather for ranks served by one launcher: outputs[j][k * count + i]
+// = inputs[k][i] for every j, k (each input read once, each output written once).
+Status LaunchFusedAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream);
+
+// ---- daemon-executed ops: the client posts into the op ring, the daemon runs them ----
+
+constexpr uint32_t kRingDescriptorWords = 8;
+
+// Where a rank's op ring lives (host memory registered with CUDA) and what
+// the post writes there.
+struct RingPostArgs {
+  uint64_t* counter = nullptr;        // device: the rank's op counter
+  uint64_t* op_index = nullptr;       // device: the index this post took
+  uint64_t* posted_mirror = nullptr;  // host-mapped: index + 1, for stats
+  uint8_t* ring = nullptr;            // host-mapped: this rank's ring slots
+  uint32_t depth = 0;
+  uint32_t slot_bytes = 0;
+  uint32_t desc_offset = 0;           // of the descriptor inside a slot; ready_seq is at 0
+  uint32_t desc_words = 0;
+  uint64_t desc[kRingDescriptorWords] = {};
+  const uint64_t* completed = nullptr;  // host-mapped: the daemon's count of this rank's finished ops
+  uint64_t* abort_word = nullptr;
+  int32_t* error_word = nullptr;
+  uint64_t timeout_ns = 0;
+};
+// index = atomicAdd(counter); waits (deadline, abort) until slot index % depth
+// is free (the daemon finished op index - depth); writes the descriptor; then
+// publishes ready_seq = index + 1. Stream order makes everything before it on
+// the stream (the input's copy-in) visible to the daemon first.
+Status LaunchRingPost(const RingPostArgs& args, gpuStream_t stream);
+// The daemon's side: *words[k] = value for k < n (system-scope release), after
+// the op's kernel on the daemon's stream.
+constexpr uint32_t kMaxPublishWords = 64;
+struct PublishArgs {
+  uint64_t* words[kMaxPublishWords] = {};
+  uint32_t n = 0;
+  uint64_t value = 0;
+};
+Status LaunchPublish(const PublishArgs& args, gpuStream_t stream);
 
 }  // namespace collectived::device
 

@@ -46,6 +46,10 @@ struct GpuControlLayout {
   }
 };
 
+// How a daemon-executed op's descriptor names a buffer (its buffer-id fields):
+// the rank's input slot, or its heap at the descriptor's offset.
+enum GpuBufferPlace : uint64_t { kGpuPlaceSlot = 1, kGpuPlaceHeap = 2 };
+
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace collectived::device

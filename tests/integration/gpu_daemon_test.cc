@@ -37,7 +37,8 @@ struct Ranks {
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<gpuStream_t> streams;
 
-  Status Create(const Daemon& d, const std::string& key, uint32_t n, uint64_t heap_bytes) {
+  Status Create(const Daemon& d, const std::string& key, uint32_t n, uint64_t heap_bytes,
+                ExecutionMode mode = ExecutionMode::kClient) {
     clients.resize(n);
     comms.resize(n);
     streams.resize(n);
@@ -56,6 +57,7 @@ struct Ranks {
         o.rank = r;
         o.device = 0;
         o.gpu_heap_bytes = heap_bytes;
+        o.mode = mode;
         o.op_timeout_ms = kOpTimeoutMs;
         o.join_timeout_ms = 20000;
         st[r] = clients[r]->CreateCommunicator(o, &comms[r]);
@@ -484,6 +486,112 @@ TEST(GpuDaemonTest, ARankThatLeavesMidOpAbortsItsPeersInsteadOfHanging) {
             .ok());
   }
   for (uint32_t r = 0; r < 2; ++r) EXPECT_TRUE(h2[r].Wait().ok());
+}
+
+// Daemon-executed: the clients post into the rings, the daemon runs one fused
+// launch per op on its own stream. Heap and staged buffers, in and out of
+// place, all-gather into the heap, a captured graph replayed with new values,
+// and ranks that disagree (the daemon's matcher aborts the communicator).
+TEST(GpuDaemonTest, DaemonExecutedOpsAreExact) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  uint64_t seed = 500;
+  for (uint32_t n : {2u, 4u}) {
+    Ranks ranks;
+    ASSERT_TRUE(ranks.Create(d, "daemon-" + std::to_string(n), n, 64ull << 20, ExecutionMode::kDaemon).ok());
+    EXPECT_EQ(ranks.comms[0]->mode(), ExecutionMode::kDaemon);
+    for (bool zero_copy : {true, false}) {
+      const uint64_t max_count = (1u << 20) + 3;
+      Buffers b;
+      ASSERT_TRUE(b.Init(ranks, zero_copy, max_count * 4, n * max_count * 4).ok());
+      for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt32}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          for (uint64_t count : {uint64_t{7}, max_count}) {
+            for (bool in_place : {false, true}) {
+              ++seed;
+              std::vector<Handle> h(n);
+              for (uint32_t r = 0; r < n; ++r) {
+                Prepare(dt, op, false, n, r, seed, count, in_place ? b.recv[r] : b.send[r], b.recv[r]);
+              }
+              for (uint32_t r = 0; r < n; ++r) {
+                Status s = ranks.comms[r]->AllReduce(in_place ? b.recv[r] : b.send[r], b.recv[r], count, dt, op,
+                                                     ranks.streams[r], &h[r]);
+                ASSERT_TRUE(s.ok()) << s.ToString();
+              }
+              for (uint32_t r = 0; r < n; ++r) {
+                Status s = h[r].Wait();
+                ASSERT_TRUE(s.ok()) << s.ToString();
+                auto out = Download(b.recv[r], count * DataTypeSize(dt));
+                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
+                    << "daemon-executed n=" << n << (zero_copy ? " heap " : " staged ") << DataTypeName(dt) << " "
+                    << ReduceOpName(op) << " count=" << count << (in_place ? " in place" : "");
+              }
+            }
+          }
+        }
+      }
+      if (!zero_copy) continue;  // all-gather writes into the heap
+      for (uint64_t count : {uint64_t{5}, uint64_t{300001}}) {
+        ++seed;
+        std::vector<Handle> h(n);
+        for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kFloat32, ReduceOp::kUnspecified, true, n, r, seed, count, b.send[r], b.recv[r]);
+        for (uint32_t r = 0; r < n; ++r) {
+          ASSERT_TRUE(ranks.comms[r]->AllGather(b.send[r], b.recv[r], count, DataType::kFloat32, ranks.streams[r], &h[r]).ok());
+        }
+        for (uint32_t r = 0; r < n; ++r) {
+          ASSERT_TRUE(h[r].Wait().ok());
+          auto out = Download(b.recv[r], n * count * 4);
+          EXPECT_EQ(testing::CountWrongAllGather(DataType::kFloat32, n, seed, out.data(), count), 0u)
+              << "daemon-executed all-gather n=" << n << " count=" << count;
+        }
+      }
+      // A captured op, replayed with new values.
+      std::vector<gpuGraphExec_t> exec(n);
+      const uint64_t count = 1 << 16;
+      for (uint32_t r = 0; r < n; ++r) {
+        gpuGraph_t graph;
+        ASSERT_EQ(gpuStreamBeginCapture(ranks.streams[r], gpuStreamCaptureModeThreadLocal), gpuSuccess);
+        Handle hc;
+        ASSERT_TRUE(ranks.comms[r]->AllReduce(b.send[r], b.recv[r], count, DataType::kFloat32, ReduceOp::kSum,
+                                              ranks.streams[r], &hc).ok());
+        ASSERT_EQ(gpuStreamEndCapture(ranks.streams[r], &graph), gpuSuccess);
+        ASSERT_EQ(gpuGraphInstantiate(&exec[r], graph), gpuSuccess);
+        gpuGraphDestroy(graph);
+      }
+      for (int rep = 0; rep < 3; ++rep) {
+        ++seed;
+        for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, seed, count, b.send[r], b.recv[r]);
+        for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(exec[r], ranks.streams[r]), gpuSuccess);
+        for (uint32_t r = 0; r < n; ++r) {
+          ASSERT_EQ(gpuStreamSynchronize(ranks.streams[r]), gpuSuccess);
+          auto out = Download(b.recv[r], count * 4);
+          EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, seed, out.data(), count), 0u)
+              << "daemon-executed graph replay " << rep << " n=" << n;
+        }
+      }
+      for (auto e : exec) gpuGraphExecDestroy(e);
+    }
+  }
+  // Ranks that disagree: the daemon's matcher refuses the op on every rank.
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "daemon-mismatch", 2, 0, ExecutionMode::kDaemon).ok());
+  Buffers b;
+  ASSERT_TRUE(b.Init(ranks, false, 1 << 16, 1 << 16).ok());
+  std::vector<Handle> h(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ranks.comms[r]->AllReduce(b.send[r], b.recv[r], 1024 * (r + 1), DataType::kFloat32, ReduceOp::kSum,
+                                          ranks.streams[r], &h[r]).ok());
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    Status s = h[r].Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("mismatch"), std::string::npos) << s.message();
+  }
+  const v1::GetStatsResponse stats = Stats(d);
+  bool reported = false;
+  for (const auto& c : stats.recently_closed()) reported = reported || c.gpu_handoff_us_mean() > 0;
+  EXPECT_TRUE(reported) << "daemon-executed communicators report their handoff time";
 }
 
 std::string GpuClientBin() {

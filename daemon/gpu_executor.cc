@@ -1,0 +1,145 @@
+#include "daemon/gpu_executor.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <vector>
+
+#include "ring/matcher.h"
+#include "ring/wait.h"
+
+#ifdef COLLECTIVED_HAVE_CUDA
+#include "kernels/device/device_collectives.h"
+#include "kernels/device/gpu_check.h"
+#include "kernels/device/gpu_comm_layout.h"
+#endif
+
+namespace collectived::daemon {
+
+double GpuExecutor::handoff_us_mean() const {
+  const uint64_t n = ops_.load();
+  return n == 0 ? 0.0 : static_cast<double>(handoff_ns_.load()) / 1000.0 / static_cast<double>(n);
+}
+
+GpuExecutor::~GpuExecutor() { Stop(); }
+
+void GpuExecutor::Stop() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+#ifdef COLLECTIVED_HAVE_CUDA
+
+Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory,
+                          std::unique_ptr<GpuExecutor>* out) {
+  auto ex = std::unique_ptr<GpuExecutor>(new GpuExecutor());
+  ex->seg_ = seg;
+  ex->memory_ = std::move(memory);
+  COLLECTIVED_GPU_CHECK(gpuSetDevice(ex->memory_->window_ordinal(0)));
+  COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
+  gpuStream_t stream;
+  COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking));
+  ex->stream_ = stream;
+  // The publish kernel writes each rank's `completed` word in the segment.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  void* base = &seg.header();
+  COLLECTIVED_GPU_CHECK(gpuHostRegister(base, device::AlignUp(seg.control_bytes(), page),
+                                        gpuHostRegisterMapped | gpuHostRegisterPortable));
+  ex->registered_ = base;
+  ex->thread_ = std::thread([e = ex.get()] { e->Run(); });
+  *out = std::move(ex);
+  return Status::Ok();
+}
+
+void GpuExecutor::Run() {
+  gpuSetDevice(memory_->window_ordinal(0));
+  for (uint64_t index = 0; !stop_.load(); ++index) {
+    Status s = RunOp(index);
+    if (s.code() == StatusCode::kCancelled) break;  // stopping, or the communicator aborted
+    if (!s.ok()) {
+      spdlog::error("communicator {}: daemon-executed GPU op {} failed: {}", seg_.header().comm_id, index,
+                    s.ToString());
+      seg_.Abort(s.code(), ("op " + std::to_string(index) + ": " + s.message()).c_str());
+      break;
+    }
+  }
+  gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
+  gpuStreamDestroy(static_cast<gpuStream_t>(stream_));
+  gpuHostUnregister(registered_);
+}
+
+Status GpuExecutor::RunOp(uint64_t index) {
+  const uint32_t world = seg_.world_size();
+  // Every rank's descriptor for this index, published by its ring-post kernel.
+  for (uint32_t r = 0; r < world; ++r) {
+    const ring::RingSlot& slot = seg_.slot(r, index);
+    for (uint32_t polls = 0; slot.ready_seq.load(std::memory_order_acquire) != index + 1; ++polls) {
+      if (stop_.load() || seg_.aborted()) return Status(StatusCode::kCancelled, "stopping");
+      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 200 : 5));
+    }
+  }
+  const int64_t ready_ns = ring::NowNs();
+  std::vector<ring::OpDescriptor> descs(world);
+  std::vector<const ring::OpDescriptor*> ptrs(world);
+  for (uint32_t r = 0; r < world; ++r) {
+    descs[r] = seg_.slot(r, index).desc;
+    ptrs[r] = &descs[r];
+  }
+  COLLECTIVED_RETURN_IF_ERROR(ring::MatchDescriptors(index, ptrs.data(), world));
+  const ring::OpDescriptor& d = descs[0];
+  const size_t es = DataTypeSize(d.dtype);
+  if (es == 0 || d.count == 0) return Status::InvalidArgument("bad descriptor");
+  const bool gather = d.kind == CollectiveKind::kAllGather;
+  const uint64_t in_bytes = d.count * es, out_bytes = gather ? in_bytes * world : in_bytes;
+  device::DeviceRankArgs a;
+  a.world = world;
+  a.count = d.count;
+  for (uint32_t r = 0; r < world; ++r) {
+    uint8_t* window = static_cast<uint8_t*>(memory_->window_ptr(1 + r));
+    auto place = [&](uint64_t where, uint64_t offset, uint64_t bytes, void** out) -> Status {
+      if (where == device::kGpuPlaceSlot && offset == 0 && bytes <= memory_->slot_bytes()) {
+        *out = window;
+      } else if (where == device::kGpuPlaceHeap && offset <= memory_->heap_bytes() && bytes <= memory_->heap_bytes() - offset) {
+        *out = window + memory_->slot_bytes() + offset;
+      } else {
+        return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer lies outside its slot or heap");
+      }
+      return Status::Ok();
+    };
+    void* input = nullptr;
+    COLLECTIVED_RETURN_IF_ERROR(place(descs[r].send_buffer_id, descs[r].send_offset, in_bytes, &input));
+    a.inputs[r] = input;
+    COLLECTIVED_RETURN_IF_ERROR(place(descs[r].recv_buffer_id, descs[r].recv_offset, out_bytes, &a.outputs[r]));
+  }
+  auto stream = static_cast<gpuStream_t>(stream_);
+  if (gather) {
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllGather(d.dtype, a, device::kMaxBlocks, stream));
+  } else {
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, d.reduce_op, a, device::kMaxBlocks, stream));
+  }
+  device::PublishArgs p;
+  p.n = world;
+  p.value = index + 1;
+  for (uint32_t r = 0; r < world; ++r) {
+    void* dev = nullptr;
+    COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, &seg_.control(r).completed.value, 0));
+    p.words[r] = static_cast<uint64_t*>(dev);
+  }
+  COLLECTIVED_RETURN_IF_ERROR(device::LaunchPublish(p, stream));
+  handoff_ns_.fetch_add(static_cast<uint64_t>(ring::NowNs() - ready_ns));
+  ops_.fetch_add(1);
+  return Status::Ok();
+}
+
+#else  // no CUDA toolkit at build time
+
+Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, std::unique_ptr<GpuExecutor>*) {
+  return Status::FailedPrecondition("this collectived was built without the CUDA backend");
+}
+void GpuExecutor::Run() {}
+Status GpuExecutor::RunOp(uint64_t) { return Status::Ok(); }
+
+#endif
+
+}  // namespace collectived::daemon
