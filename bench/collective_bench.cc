@@ -18,7 +18,7 @@
 //                    [-p single|post]   (one launch per op, or post + collective + complete)
 //                    [-B 1]             (blocks per SM shared by the ranks' kernels; 2 is experimental:
 //                                        residency is not guaranteed, a run may end in a device deadline)
-//                    [-D socket] [-z 1] [-M 0|1] [-k key]   (through collectived, see above)
+//                    [-D socket] [-z 1] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -91,6 +91,7 @@ struct Options {
   std::string socket;           // -D: through collectived
   bool zero_copy = true;        // -z
   bool mpi = false;             // -M: one rank per MPI process
+  bool daemon_executed = false;  // -m daemon
   std::string key = "collective-bench";
 };
 
@@ -208,6 +209,7 @@ int main(int argc, char** argv) {
     else if (f == "-z") o.zero_copy = std::atoi(v) != 0;
     else if (f == "-M") o.mpi = std::atoi(v) != 0;
     else if (f == "-k") o.key = v;
+    else if (f == "-m") o.daemon_executed = std::string(v) == "daemon";
     else {
       std::fprintf(stderr, "unknown option %s (see the header of bench/collective_bench.cc)\n", f.c_str());
       return 2;
@@ -248,7 +250,9 @@ int main(int argc, char** argv) {
     } else {
       for (uint32_t r = 0; r < n; ++r) local.push_back(r);
     }
-    Check(bench::MakeDaemonRanks(o.socket, o.key, n, local, in_bytes, out_bytes, o.zero_copy, &ranks), "init");
+    Check(bench::MakeDaemonRanks(o.socket, o.key, n, local, in_bytes, out_bytes, o.zero_copy, o.daemon_executed,
+                                 &ranks),
+          "init");
   }
   Runner runner(o, ranks.get(), group);
   const bool root = group.rank == 0;

@@ -22,8 +22,9 @@ class DaemonRanks : public RankSet {
   }
 
   Status Init(const std::string& socket, const std::string& key, uint32_t world, const std::vector<uint32_t>& local,
-              uint64_t in_bytes, uint64_t out_bytes, bool zero_copy) {
+              uint64_t in_bytes, uint64_t out_bytes, bool zero_copy, bool daemon_executed) {
     world_ = world;
+    daemon_executed_ = daemon_executed;
     local_ = local;
     zero_copy_ = zero_copy;
     int ndev = 0;
@@ -44,6 +45,7 @@ class DaemonRanks : public RankSet {
         o.device = l.device;
         o.gpu_heap_bytes = zero_copy ? in_bytes + out_bytes + (1 << 20) : 0;
         o.join_timeout_ms = 120000;
+        o.mode = daemon_executed ? ExecutionMode::kDaemon : ExecutionMode::kClient;
         st[r] = l.client->CreateCommunicator(o, &l.comm);
       });
     }
@@ -130,7 +132,7 @@ class DaemonRanks : public RankSet {
 
   std::string Describe() const override {
     return "through collectived: " + std::to_string(local_.size()) + " of " + std::to_string(world_) +
-           " ranks in this process, client-executed, " + (zero_copy_ ? "zero-copy (symmetric heap)" : "staged (cudaMalloc buffers)");
+           " ranks in this process, " + (daemon_executed_ ? "daemon-executed, " : "client-executed, ") + (zero_copy_ ? "zero-copy (symmetric heap)" : "staged (cudaMalloc buffers)");
   }
 
  private:
@@ -154,6 +156,7 @@ class DaemonRanks : public RankSet {
   uint32_t world_ = 0;
   std::vector<uint32_t> local_;
   bool zero_copy_ = true;
+  bool daemon_executed_ = false;
   std::vector<Local> ranks_;
 };
 
@@ -161,9 +164,9 @@ class DaemonRanks : public RankSet {
 
 Status MakeDaemonRanks(const std::string& socket, const std::string& key, uint32_t world,
                        const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, bool zero_copy,
-                       std::unique_ptr<RankSet>* out) {
+                       bool daemon_executed, std::unique_ptr<RankSet>* out) {
   auto r = std::make_unique<DaemonRanks>();
-  COLLECTIVED_RETURN_IF_ERROR(r->Init(socket, key, world, local, in_bytes, out_bytes, zero_copy));
+  COLLECTIVED_RETURN_IF_ERROR(r->Init(socket, key, world, local, in_bytes, out_bytes, zero_copy, daemon_executed));
   *out = std::move(r);
   return Status::Ok();
 }

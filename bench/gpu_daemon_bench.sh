@@ -51,6 +51,9 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
       bench -D "$sock" -k ls-$g-$G -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G $G -z 0
     done
   done
+  echo "## daemon-executed (the daemon's fused launch; ranks as sessions of one process, no MPS: the daemon's"
+  echo "## context and the clients' time-slice)"
+  timeout 120 "$bin/collective-bench" -D "$sock" -k de-nomps -m daemon -g 2 -b 16K -e 1M -f 4 -c 1 -n 10 -w 2 2>&1 | grep -v "^# least"
   echo "## one rank per process (mpirun), no MPS: contexts time-slice"
   timeout 120 mpirun $mpirun_flags -np 2 "$bin/collective-bench" -D "$sock" -k mpi-nomps -M 1 -b 16K -e 1M -f 4 -c 1 -n 10 -w 2 2>&1 | grep -v "^# least"
   stop_daemon
@@ -59,11 +62,21 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     start_daemon
+    for g in 2 8; do
+      echo "## under MPS, $g ranks as sessions of one process: client-executed, then daemon-executed"
+      bench -D "$sock" -k mps-c-$g -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20
+      bench -D "$sock" -k mps-d-$g -m daemon -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20
+      bench -D "$sock" -k mps-dg-$g -m daemon -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G 10
+      [ -z "$quick" ] && bench -D "$sock" -k mps-dt-$g -m daemon -g "$g" -b 16M -e 1G -f 4 -c 0 -n 20 -w 5
+    done
     for np in 2 8; do
+      echo "## under MPS, one rank per process (mpirun), $np ranks: client-executed eager, graph, daemon-executed"
       timeout 180 mpirun $mpirun_flags -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -np $np \
         "$bin/collective-bench" -D "$sock" -k mpi-mps-$np -M 1 -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 2>&1 | grep -v "^# least"
       timeout 180 mpirun $mpirun_flags -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -np $np \
         "$bin/collective-bench" -D "$sock" -k mpi-mpsg-$np -M 1 -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G 10 2>&1 | grep -v "^# least"
+      timeout 180 mpirun $mpirun_flags -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -np $np \
+        "$bin/collective-bench" -D "$sock" -k mpi-mpsd-$np -M 1 -m daemon -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 2>&1 | grep -v "^# least"
     done
     [ -z "$quick" ] && timeout 180 mpirun $mpirun_flags -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -np 8 \
         "$bin/collective-bench" -D "$sock" -k mpi-mps-tp -M 1 -b 16M -e 1G -f 4 -c 0 -n 20 -w 5 2>&1 | grep -v "^# least"

@@ -48,7 +48,7 @@ Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, boo
 // (zero_copy) or cudaMalloc'd (staged). `key` names the communicator.
 Status MakeDaemonRanks(const std::string& socket, const std::string& key, uint32_t world,
                        const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, bool zero_copy,
-                       std::unique_ptr<RankSet>* out);
+                       bool daemon_executed, std::unique_ptr<RankSet>* out);
 
 }  // namespace collectived::bench
 
