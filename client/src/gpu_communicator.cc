@@ -279,6 +279,10 @@ struct GpuCommunicator::Impl {
     a.error_word = device::GpuControlLayout::Error(c);
     a.timeout_ns = setup.seg.header().op_timeout_ns;
     a.descriptors = device::GpuControlLayout::Descriptors(c);
+    // Debug hook and negative control (daemon flags, in the segment header).
+    const ring::CommHeader& h = setup.seg.header();
+    if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
+    a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
     return a;
   }
 
@@ -346,9 +350,6 @@ struct GpuCommunicator::Impl {
     if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
     // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
     const ring::CommHeader& h = setup.seg.header();
-    if (h.debug_delay_rank == static_cast<int32_t>(setup.rank) && h.debug_delay_us > 0) {
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(uint64_t{h.debug_delay_us} * 1000, stream));
-    }
     COLLECTIVED_RETURN_IF_ERROR(kernel());
     const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
     if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose

@@ -104,6 +104,18 @@ __device__ bool Barrier(const DeviceRankArgs& a, uint32_t phase, uint64_t gen) {
   return failed == 0;
 }
 
+__device__ void DebugReadDelay(const DeviceRankArgs& a) {
+  if (a.debug_read_delay_ns == 0) return;
+  const uint64_t end = NowNs() + a.debug_read_delay_ns;
+  while (NowNs() < end) {
+  }
+}
+
+// The end barrier, unless the negative control skips it.
+__device__ bool EndBarrier(const DeviceRankArgs& a, uint64_t gen) {
+  return a.unsafe_skip_end_barrier || Barrier(a, 1, gen);
+}
+
 struct Range {
   uint64_t begin, end;  // elements
 };
@@ -223,8 +235,9 @@ template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads) OneShotKernel(DeviceRankArgs a, bool vec) {
   const uint64_t gen = BeginOp(a);
   if (gen == 0 || !Barrier(a, 0, gen)) return;
+  DebugReadDelay(a);
   ReduceRange<T, kOp>(a, Range{0, a.count}, a.rank, a.rank, vec);
-  if (Barrier(a, 1, gen)) FinishOp(a, gen);
+  if (EndBarrier(a, gen)) FinishOp(a, gen);
 }
 
 template <typename T, ReduceOp kOp>
@@ -236,8 +249,9 @@ __global__ void __launch_bounds__(kThreads) TwoShotPushKernel(DeviceRankArgs a, 
   const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;
   const uint64_t begin = min(a.count, chunk * a.rank);
   const uint64_t end = min(a.count, begin + chunk);
+  DebugReadDelay(a);
   ReduceRange<T, kOp>(a, Range{begin, end}, 0, a.world - 1, vec);
-  if (Barrier(a, 1, gen)) FinishOp(a, gen);
+  if (EndBarrier(a, gen)) FinishOp(a, gen);
 }
 
 template <typename T, ReduceOp kOp>
@@ -301,10 +315,11 @@ __global__ void __launch_bounds__(kThreads) AllGatherPullKernel(DeviceRankArgs a
   const uint64_t gen = BeginOp(a);
   if (gen == 0 || !Barrier(a, 0, gen)) return;
   T* out = static_cast<T*>(a.outputs[a.rank]);
+  DebugReadDelay(a);
   for (uint32_t k = 0; k < a.world; ++k) {
     GridCopy<T>(static_cast<const T*>(a.inputs[k]), out + k * a.count, a.count, vec);
   }
-  if (Barrier(a, 1, gen)) FinishOp(a, gen);
+  if (EndBarrier(a, gen)) FinishOp(a, gen);
 }
 
 template <typename T>
@@ -354,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) AllGatherPushKernel(DeviceRankArgs a
     const T v = in[j];
     for (uint32_t k = 0; k < a.world; ++k) static_cast<T*>(a.outputs[k])[offset + j] = v;
   }
-  if (Barrier(a, 1, gen)) FinishOp(a, gen);
+  if (EndBarrier(a, gen)) FinishOp(a, gen);
 }
 
 // ---- host side -------------------------------------------------------------------

@@ -85,6 +85,12 @@ struct DeviceRankArgs {
   // Only outputs[rank] is written (one-shot all-reduce, pull all-gather), so
   // peers' outputs may be null: they live in other processes, unmapped here.
   bool own_output_only = false;
+  // Debug hook: this rank waits this long after the start barrier before
+  // reading peers (a slow reader, so a race window is really open).
+  uint64_t debug_read_delay_ns = 0;
+  // Negative control for seed bug 2 (AITER): leave without the end barrier,
+  // so a fast rank's caller may reuse its input while a peer still reads it.
+  bool unsafe_skip_end_barrier = false;
 };
 
 // Loads every kernel of this file now. With lazy module loading (the CUDA

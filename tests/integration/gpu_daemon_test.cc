@@ -400,6 +400,45 @@ TEST(GpuDaemonTest, NegativeControlEventBeforeCopyOutIsCaught) {
   EXPECT_GT(wrong, 0u) << "the unsafe event placement went unnoticed: the harness cannot catch seed bug 1";
 }
 
+// Rank 1 reads 100 ms late; rank 0 overwrites its input as soon as its op
+// completes. Safe: completion waits for the end barrier, so rank 1 read the
+// real input. Negative control (--unsafe-skip-end-barrier, seed bug 2): rank 0
+// completes early and rank 1 reads the overwritten input.
+uint64_t ReuseAfterCompletion(bool unsafe) {
+  std::vector<std::string> extra = {"--debug-delay-rank", "1", "--debug-delay-us", "100000"};
+  if (unsafe) extra.push_back("--unsafe-skip-end-barrier");
+  Daemon d(DaemonFlags(extra));
+  EXPECT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count = 4096;  // one-shot: rank 1 reads rank 0's input in place
+  Ranks ranks;
+  EXPECT_TRUE(ranks.Create(d, "reuse", n, 1 << 20).ok());
+  Buffers b;
+  EXPECT_TRUE(b.Init(ranks, true, count * 4, count * 4).ok());
+  for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, 31, count, b.send[r], b.recv[r]);
+  std::vector<Handle> h(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    EXPECT_TRUE(ranks.comms[r]->AllReduce(b.send[r], b.recv[r], count, DataType::kFloat32, ReduceOp::kSum,
+                                          ranks.streams[r], &h[r]).ok());
+  }
+  EXPECT_TRUE(h[0].Wait().ok());
+  EXPECT_EQ(gpuMemset(b.send[0], 0x7f, count * 4), gpuSuccess);  // the caller reuses its input
+  EXPECT_TRUE(h[1].Wait().ok());
+  auto out = Download(b.recv[1], count * 4);
+  return testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 31, out.data(), count);
+}
+
+TEST(GpuDaemonTest, InputReusedRightAfterCompletionIsSafe) {
+  REQUIRE_GPU();
+  EXPECT_EQ(ReuseAfterCompletion(false), 0u);
+}
+
+TEST(GpuDaemonTest, NegativeControlSkipEndBarrierIsCaught) {
+  REQUIRE_GPU();
+  EXPECT_GT(ReuseAfterCompletion(true), 0u) << "leaving without the end barrier went unnoticed: the harness cannot "
+                                               "catch seed bug 2";
+}
+
 TEST(GpuDaemonTest, DelayedRankStillGivesExactResults) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags({"--debug-delay-rank", "1", "--debug-delay-us", "100000"}));
