@@ -2,7 +2,12 @@
 // rank) against a running collectived.
 //
 //   mpirun -np N collective-stress --socket S [--seconds 10 | --ops N] [--seed 1]
-//       [--mode client|daemon|both] [--max-count 4096] [--window 8] [--skew-us 500]
+//       [--mode client|daemon|both] [--max-count 4096] [--window 8] [--skew-us 500] [--gpu 0|1]
+//
+// --gpu 1: GPU communicators on the ranks' CUDA streams (tests/stress/gpu_stress.h):
+// heap and staged buffers, eager and graph-replayed, results read from a
+// second and a third stream after Handle::WaitOn. Race windows are not timed
+// there; the negative controls are caught by their wrong elements.
 //
 // A seeded random mix (the same sequence on every rank): all-reduce of every
 // dtype x op and all-gather, 1 element to --max-count, odd sizes, in place and
@@ -36,6 +41,9 @@
 #include "collectived/client.h"
 #include "tests/support/args.h"
 #include "tests/support/op_mix.h"
+#ifdef COLLECTIVED_STRESS_GPU
+#include "tests/stress/gpu_stress.h"
+#endif
 
 using namespace collectived;
 using collectived::testing::Arg;
@@ -263,6 +271,42 @@ int main(int argc, char** argv) {
     std::vector<ExecutionMode> modes;
     if (mode != "daemon") modes.push_back(ExecutionMode::kClient);
     if (mode != "client") modes.push_back(ExecutionMode::kDaemon);
+    const bool gpu = std::stoi(Arg(argc, argv, "--gpu", "0")) != 0;
+#ifndef COLLECTIVED_STRESS_GPU
+    if (gpu) {
+      std::fprintf(stderr, "collective-stress was built without CUDA: --gpu 1 is unavailable\n");
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+#else
+    if (gpu) {
+      for (ExecutionMode m : modes) {
+        stress::GpuStressOptions go;
+        go.mode = m;
+        go.key = "gpu-stress-" + std::to_string(tag) + "-" + ExecutionModeName(m);
+        go.rank = rank;
+        go.world = world;
+        go.seconds = seconds / modes.size();
+        go.max_ops = max_ops;
+        go.seed = seed;
+        go.max_count = max_count;
+        go.window = window;
+        go.skew_us = skew_us;
+        stress::GpuTotals g = stress::RunGpuStress(*client, go, [](double left) {
+          int go_on = left > 0;
+          MPI_Bcast(&go_on, 1, MPI_INT, 0, MPI_COMM_WORLD);
+          return go_on != 0;
+        });
+        if (rank == 0) {
+          std::printf("gpu %s-executed: %llu graph-replayed ops, %llu staged ops (rank 0)\n", ExecutionModeName(m),
+                      (unsigned long long)g.graph_ops, (unsigned long long)g.staged_ops);
+        }
+        total.passed += g.passed;
+        total.failed += g.failed;
+        total.wrong += g.wrong;
+      }
+      modes.clear();
+    }
+#endif
     for (ExecutionMode m : modes) {
       Totals t = RunMode(*client, m, "stress-" + std::to_string(tag) + "-" + ExecutionModeName(m), rank, world,
                          seconds / modes.size(), max_ops, seed, max_count, window, skew_us);

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Negative controls on the host backend: the stress harness must find nothing
-# in the safe configuration and must catch every unsafe one, with proof that
-# the race window opened. 4 client processes, both execution modes.
-#   negative-controls.sh [--seconds S]   (per configuration, at most 60)
+# Negative controls: the stress harness must find nothing in the safe
+# configuration and must catch every unsafe one. 4 client processes, both
+# execution modes. On the host backend the harness also proves each race
+# window opened (timestamps); with --gpu (4 ranks on one GPU, the cuda
+# backend) it runs GPU communicators, and the unsafe runs are judged by their
+# wrong elements (GPU windows are not timed; the delays below open them).
+#   negative-controls.sh [--seconds S] [--gpu]   (per configuration, at most 60 on the host)
 # Prints a table (flag, ops, wrong elements, windows opened, verdict) and
 # exits 0 only if safe is clean and every unsafe run is caught.
 set -u
-seconds=10
-[ "${1:-}" = "--seconds" ] && seconds=$2
+seconds=10 gpu=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --gpu) gpu=1; shift ;;
+    *) echo "unknown option $1"; exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${COLLECTIVED_BUILD_DIR:-$root/build}/bin
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -15,18 +24,25 @@ work=$(mktemp -d /tmp/collectived-negative-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # The race windows: one rank's reads start 2 ms late, every copy-out 2 ms late.
 delays="--debug-delay-rank 1 --debug-delay-us 2000 --debug-delay-copyout-us 2000"
+daemon_extra="" stress_extra=""
+if [ $gpu -eq 1 ]; then
+  # Messages up to 1 MiB, so staged all-reduces above the one-shot limit have a copy-out to delay.
+  daemon_extra="--backend cuda --max-message-bytes 2097152"
+  stress_extra="--gpu 1 --max-count 131072"
+fi
 
 status=0
 printf "%-32s %8s %14s %10s  %s\n" flag ops wrong_elements windows verdict
 for flag in safe --unsafe-skip-end-barrier --unsafe-event-before-epilogue; do
   sock=$work/c.sock
   extra=""; [ "$flag" != safe ] && extra=$flag
-  "$bin/collectived" --socket "$sock" --log-level error --op-timeout-ms 5000 $delays $extra > "$work/daemon.log" 2>&1 &
+  "$bin/collectived" --socket "$sock" --log-level error --op-timeout-ms 5000 $delays $daemon_extra $extra \
+    > "$work/daemon.log" 2>&1 &
   daemon=$!
   for _ in $(seq 100); do [ -S "$sock.fds" ] && break; sleep 0.05; done
   timeout $((seconds + 60)) mpirun -np 4 --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader,tcp \
     --mca mpi_yield_when_idle 1 "$bin/collective-stress" --socket "$sock" --seconds "$seconds" --mode both \
-    > "$work/out.txt" 2>&1
+    $stress_extra > "$work/out.txt" 2>&1
   rc=$?
   kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null
   passed=$(awk '/ passed, /{print $1}' "$work/out.txt"); failed=$(awk '/ passed, /{print $3}' "$work/out.txt")
@@ -40,6 +56,9 @@ for flag in safe --unsafe-skip-end-barrier --unsafe-event-before-epilogue; do
       if [ "$failed" -eq 0 ] && [ "$windows" -eq 0 ] && [ $rc -eq 0 ]; then verdict="clean"
       elif [ "$windows" -ne 0 ]; then verdict="FAIL: a race window opened in the safe run"; status=1
       else verdict="FAIL: $failed ops failed in the safe run"; status=1; fi
+    elif [ $gpu -eq 1 ]; then
+      if [ "$failed" -gt 0 ] && [ $rc -ne 0 ]; then verdict="caught ($wrong wrong elements)"
+      else verdict="MISSED: nothing failed"; status=1; fi
     else
       if [ "$windows" -eq 0 ]; then verdict="HARNESS FAILURE: the window never opened"; status=1
       elif [ "$failed" -gt 0 ] && [ $rc -ne 0 ]; then verdict="caught"
@@ -47,8 +66,9 @@ for flag in safe --unsafe-skip-end-barrier --unsafe-event-before-epilogue; do
     fi
   fi
   printf "%-32s %8s %14s %10s  %s\n" "$flag" "$ops" "${wrong:--}" "${windows:--}" "$verdict"
-  if [[ "$verdict" != clean && "$verdict" != caught ]]; then sed -n 1,20p "$work/out.txt"; fi
+  if [[ "$verdict" != clean && "$verdict" != caught* ]]; then sed -n 1,20p "$work/out.txt"; fi
 done
+[ $gpu -eq 1 ] && grep -h "^gpu " "$work/out.txt"
 echo "(--unsafe-size-dependent-slots is not offered on the host backend: its unconditional end barrier"
 echo " makes a slot's position irrelevant to correctness there; see docs/protocol.md)"
 exit $status
