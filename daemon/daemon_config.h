@@ -18,6 +18,9 @@ struct DaemonConfig {
   uint64_t max_buffer_bytes = 8ull << 30;  // all sessions' buffers together
   uint32_t drain_timeout_ms = 10000;
   std::string log_level = "info";
+  // Daemon-executed GPU all-gathers: "fused" (one kernel) or "copy-engine"
+  // (peer copies on the copy engines, no SMs).
+  std::string gpu_gather_path = "fused";
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;

@@ -31,9 +31,10 @@ void GpuExecutor::Stop() {
 
 #ifdef COLLECTIVED_HAVE_CUDA
 
-Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory,
+Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, bool copy_engine_gather,
                           std::unique_ptr<GpuExecutor>* out) {
   auto ex = std::unique_ptr<GpuExecutor>(new GpuExecutor());
+  ex->copy_engine_gather_ = copy_engine_gather;
   ex->seg_ = seg;
   ex->memory_ = std::move(memory);
   COLLECTIVED_GPU_CHECK(gpuSetDevice(ex->memory_->window_ordinal(0)));
@@ -113,7 +114,16 @@ Status GpuExecutor::RunOp(uint64_t index) {
     COLLECTIVED_RETURN_IF_ERROR(place(descs[r].recv_buffer_id, descs[r].recv_offset, out_bytes, &a.outputs[r]));
   }
   auto stream = static_cast<gpuStream_t>(stream_);
-  if (gather) {
+  if (gather && copy_engine_gather_) {
+    // Peer copies: the copy engines move the data, no SM runs a kernel for it.
+    for (uint32_t k = 0; k < world; ++k) {
+      for (uint32_t j = 0; j < world; ++j) {
+        uint8_t* dst = static_cast<uint8_t*>(a.outputs[j]) + k * in_bytes;
+        if (dst == a.inputs[k]) continue;  // in place: already there
+        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(dst, a.inputs[k], in_bytes, gpuMemcpyDeviceToDevice, stream));
+      }
+    }
+  } else if (gather) {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllGather(d.dtype, a, device::kMaxBlocks, stream));
   } else {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, d.reduce_op, a, device::kMaxBlocks, stream));
@@ -134,7 +144,7 @@ Status GpuExecutor::RunOp(uint64_t index) {
 
 #else  // no CUDA toolkit at build time
 
-Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, std::unique_ptr<GpuExecutor>*) {
+Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, bool, std::unique_ptr<GpuExecutor>*) {
   return Status::FailedPrecondition("this collectived was built without the CUDA backend");
 }
 void GpuExecutor::Run() {}

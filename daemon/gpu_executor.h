@@ -21,7 +21,9 @@ namespace collectived::daemon {
 class GpuExecutor {
  public:
   // `memory` must outlive the executor.
-  static Status Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, std::unique_ptr<GpuExecutor>* out);
+  // copy_engine_gather: all-gathers as peer copies on the copy engines.
+  static Status Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, bool copy_engine_gather,
+                      std::unique_ptr<GpuExecutor>* out);
   ~GpuExecutor();  // Stop()
   void Stop();
 
@@ -36,6 +38,7 @@ class GpuExecutor {
 
   ring::CommSegment seg_;
   std::shared_ptr<GpuCommMemory> memory_;
+  bool copy_engine_gather_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ops_{0};
   std::atomic<uint64_t> handoff_ns_{0};

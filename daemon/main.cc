@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
       ->capture_default_str();
   app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
+  app.add_option("--gpu-gather-path", cfg.gpu_gather_path,
+                 "daemon-executed GPU all-gather: fused (one kernel) | copy-engine (peer copies, no SMs)")
+      ->capture_default_str()->check(CLI::IsMember({"fused", "copy-engine"}));
   app.add_flag("--unsafe-skip-end-barrier", cfg.unsafe_skip_end_barrier,
                "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
   app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,

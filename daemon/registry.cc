@@ -454,7 +454,7 @@ Status Registry::FormGpuLocked(Comm& comm) {
   comm.gpu_memory = std::move(mem);
   if (comm.mode == ExecutionMode::kDaemon) {
     std::unique_ptr<GpuExecutor> ex;
-    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, &ex);
+    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, config_.gpu_gather_path == "copy-engine", &ex);
     if (!s.ok()) {
       spdlog::error("GPU communicator {} '{}': daemon executor not started: {}", comm.id, comm.key, s.ToString());
       comm.gpu_memory.reset();

@@ -633,6 +633,39 @@ TEST(GpuDaemonTest, DaemonExecutedOpsAreExact) {
   EXPECT_TRUE(reported) << "daemon-executed communicators report their handoff time";
 }
 
+// Daemon-executed all-gathers as peer copies on the copy engines.
+TEST(GpuDaemonTest, CopyEngineAllGatherIsExact) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--gpu-gather-path", "copy-engine"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 4;
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "ce", n, 64ull << 20, ExecutionMode::kDaemon).ok());
+  Buffers b;
+  const uint64_t max_count = 1 << 20;
+  ASSERT_TRUE(b.Init(ranks, true, max_count * 4, n * max_count * 4).ok());
+  uint64_t seed = 900;
+  for (uint64_t count : {uint64_t{3}, uint64_t{65536}, max_count}) {
+    for (bool in_place : {false, true}) {
+      ++seed;
+      std::vector<Handle> h(n);
+      auto send_of = [&](uint32_t r) {
+        return in_place ? static_cast<uint8_t*>(b.recv[r]) + r * count * 4 : static_cast<uint8_t*>(b.send[r]);
+      };
+      for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kFloat32, ReduceOp::kUnspecified, true, n, r, seed, count, send_of(r), b.recv[r]);
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(ranks.comms[r]->AllGather(send_of(r), b.recv[r], count, DataType::kFloat32, ranks.streams[r], &h[r]).ok());
+      }
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(h[r].Wait().ok());
+        auto out = Download(b.recv[r], n * count * 4);
+        EXPECT_EQ(testing::CountWrongAllGather(DataType::kFloat32, n, seed, out.data(), count), 0u)
+            << "copy-engine all-gather count=" << count << (in_place ? " in place" : "");
+      }
+    }
+  }
+}
+
 std::string GpuClientBin() {
   const char* e = std::getenv("COLLECTIVED_GPU_TEST_CLIENT_BIN");
   return e != nullptr ? e : COLLECTIVED_GPU_TEST_CLIENT_BIN;
