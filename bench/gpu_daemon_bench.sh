@@ -32,16 +32,15 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
   bench -D "$sock" -k chk-z -g 4 -b 1K -e 64M -f 16 -c 1 -n 3 -w 1 -z 1
   bench -D "$sock" -k chk-s -g 4 -b 1K -e 16M -f 16 -c 1 -n 3 -w 1 -z 0
   bench -D "$sock" -k chk-g -t all_gather -g 4 -b 4K -e 64M -f 16 -c 1 -n 3 -w 1 -z 1
-  if [ -z "$quick" ]; then
-    for g in 2 4 8; do
-      echo "## all_reduce throughput, $g ranks: in-process baseline (post/complete), then through the daemon (zero-copy)"
-      bench -g "$g" -p post -b 16M -e 1G -f 4 -c 0 -n 20 -w 5
-      bench -D "$sock" -k tp-$g -g "$g" -b 16M -e 1G -f 4 -c 0 -n 20 -w 5
-      echo "## all_gather throughput, $g ranks: baseline, then daemon"
-      bench -t all_gather -g "$g" -p post -b 16M -e 1G -f 4 -c 0 -n 20 -w 5
-      bench -D "$sock" -k ag-$g -t all_gather -g "$g" -b 16M -e 1G -f 4 -c 0 -n 20 -w 5
-    done
-  fi
+  lo=16M; f=4; [ -n "$quick" ] && lo=256M
+  for g in 2 4 8; do
+    echo "## all_reduce throughput, $g ranks: in-process baseline (post/complete), then through the daemon (zero-copy)"
+    bench -g "$g" -p post -b $lo -e 1G -f $f -c 0 -n 20 -w 5
+    bench -D "$sock" -k tp-$g -g "$g" -b $lo -e 1G -f $f -c 0 -n 20 -w 5
+    echo "## all_gather throughput, $g ranks: baseline, then daemon"
+    bench -t all_gather -g "$g" -p post -b $lo -e 1G -f $f -c 0 -n 20 -w 5
+    bench -D "$sock" -k ag-$g -t all_gather -g "$g" -b $lo -e 1G -f $f -c 0 -n 20 -w 5
+  done
   for g in 2 8; do
     for G in 0 10; do
       echo "## latency, $g ranks, graph launches $G (0: eager): baseline single launch, baseline post/complete, daemon zero-copy, daemon staged"
