@@ -1,5 +1,7 @@
 #include "daemon/gpu_comm_memory.h"
 
+#include <algorithm>
+
 #ifdef COLLECTIVED_HAVE_CUDA
 #include "ipc/cumem_window.h"
 #include "kernels/device/gpu_check.h"
@@ -52,6 +54,16 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
   for (const std::string& uuid : device_uuids) {
     COLLECTIVED_RETURN_IF_ERROR(add(uuid, m->slot_bytes_ + m->heap_bytes_));
   }
+  uint32_t blocks = device::kMaxBlocks;
+  for (const std::string& uuid : device_uuids) {
+    int ordinal = 0, sms = 0;
+    COLLECTIVED_RETURN_IF_ERROR(ipc::GpuOrdinalByUuid(uuid, &ordinal));
+    COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, ordinal));
+    uint32_t sharing = 0;
+    for (const std::string& other : device_uuids) sharing += other == uuid ? 1 : 0;
+    blocks = std::min<uint32_t>(blocks, device::kResidentBlocksPerSm * static_cast<uint32_t>(sms) / sharing);
+  }
+  m->blocks_ = std::max<uint32_t>(1, blocks);
   *out = std::move(m);
   return Status::Ok();
 }
@@ -66,6 +78,12 @@ uint32_t GpuCommMemory::window_count() const { return static_cast<uint32_t>(wind
 uint64_t GpuCommMemory::window_bytes(uint32_t w) const { return windows_->windows[w]->size(); }
 const std::string& GpuCommMemory::window_device(uint32_t w) const { return windows_->devices[w]; }
 void* GpuCommMemory::window_ptr(uint32_t w) const { return windows_->windows[w]->device_ptr(); }
+bool GpuCommMemory::single_device() const {
+  for (const auto& d : windows_->devices) {
+    if (d != windows_->devices[0]) return false;
+  }
+  return true;
+}
 int GpuCommMemory::window_ordinal(uint32_t w) const { return windows_->windows[w]->ordinal(); }
 
 #else  // no CUDA toolkit at build time
@@ -89,6 +107,7 @@ const std::string& GpuCommMemory::window_device(uint32_t) const {
   return kNone;
 }
 void* GpuCommMemory::window_ptr(uint32_t) const { return nullptr; }
+bool GpuCommMemory::single_device() const { return true; }
 int GpuCommMemory::window_ordinal(uint32_t) const { return -1; }
 
 #endif

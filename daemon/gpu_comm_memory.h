@@ -39,6 +39,11 @@ class GpuCommMemory {
   int window_ordinal(uint32_t w) const;
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t heap_bytes() const { return heap_bytes_; }
+  // Blocks of every rank's kernel: SMs / ranks on that device, the least
+  // over the devices (barriers pair blocks by index, so all ranks agree).
+  uint32_t blocks() const { return blocks_; }
+  // True when every window is on one device.
+  bool single_device() const;
 
  private:
   struct Windows;
@@ -46,6 +51,7 @@ class GpuCommMemory {
   std::unique_ptr<Windows> windows_;
   uint64_t slot_bytes_ = 0;
   uint64_t heap_bytes_ = 0;
+  uint32_t blocks_ = 1;
 };
 
 }  // namespace collectived::daemon

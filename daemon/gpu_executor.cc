@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -24,6 +25,10 @@ double GpuExecutor::handoff_us_mean() const {
 
 GpuExecutor::~GpuExecutor() { Stop(); }
 
+bool GpuExecutor::Aborted() const {
+  return seg_.aborted() || seg_.header().gpu_abort.load(std::memory_order_acquire) != 0;
+}
+
 void GpuExecutor::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
@@ -33,6 +38,12 @@ void GpuExecutor::Stop() {
 
 Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, bool copy_engine_gather,
                           std::unique_ptr<GpuExecutor>* out) {
+  if (!memory->single_device()) {
+    // The daemon maps each rank window for its own device only; one fused
+    // launch reaching several GPUs needs peer access set up first (issue 5).
+    return Status::Unimplemented("daemon-executed GPU communicators serve ranks of one GPU for now; use "
+                                 "client-executed mode across GPUs");
+  }
   auto ex = std::unique_ptr<GpuExecutor>(new GpuExecutor());
   ex->copy_engine_gather_ = copy_engine_gather;
   ex->seg_ = seg;
@@ -45,8 +56,12 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
   // The publish kernel writes each rank's `completed` word in the segment.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   void* base = &seg.header();
-  COLLECTIVED_GPU_CHECK(gpuHostRegister(base, device::AlignUp(seg.control_bytes(), page),
-                                        gpuHostRegisterMapped | gpuHostRegisterPortable));
+  const gpuError_t reg = gpuHostRegister(base, device::AlignUp(seg.control_bytes(), page),
+                                         gpuHostRegisterMapped | gpuHostRegisterPortable);
+  if (reg != gpuSuccess) {
+    gpuStreamDestroy(stream);
+    return device::GpuErrorStatus(reg, "gpuHostRegister", __FILE__, __LINE__);
+  }
   ex->registered_ = base;
   ex->thread_ = std::thread([e = ex.get()] { e->Run(); });
   *out = std::move(ex);
@@ -76,7 +91,7 @@ Status GpuExecutor::RunOp(uint64_t index) {
   for (uint32_t r = 0; r < world; ++r) {
     const ring::RingSlot& slot = seg_.slot(r, index);
     for (uint32_t polls = 0; slot.ready_seq.load(std::memory_order_acquire) != index + 1; ++polls) {
-      if (stop_.load() || seg_.aborted()) return Status(StatusCode::kCancelled, "stopping");
+      if (stop_.load() || Aborted()) return Status(StatusCode::kCancelled, "stopping");
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 200 : 5));
     }
   }
@@ -91,6 +106,15 @@ Status GpuExecutor::RunOp(uint64_t index) {
   const ring::OpDescriptor& d = descs[0];
   const size_t es = DataTypeSize(d.dtype);
   if (es == 0 || d.count == 0) return Status::InvalidArgument("bad descriptor");
+  // The ring is client-written memory: bound everything before multiplying or
+  // addressing, so no descriptor can make the daemon's kernel fault.
+  const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
+  if (d.count > largest / es / world) return Status::InvalidArgument("count larger than any slot or heap");
+  for (uint32_t r = 0; r < world; ++r) {
+    if (descs[r].send_offset % es != 0 || descs[r].recv_offset % es != 0) {
+      return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer is not aligned to its element size");
+    }
+  }
   const bool gather = d.kind == CollectiveKind::kAllGather;
   const uint64_t in_bytes = d.count * es, out_bytes = gather ? in_bytes * world : in_bytes;
   device::DeviceRankArgs a;
@@ -114,7 +138,10 @@ Status GpuExecutor::RunOp(uint64_t index) {
     COLLECTIVED_RETURN_IF_ERROR(place(descs[r].recv_buffer_id, descs[r].recv_offset, out_bytes, &a.outputs[r]));
   }
   auto stream = static_cast<gpuStream_t>(stream_);
+  // A peer that gave up (deadline, abort) must not have its buffers written late.
+  if (Aborted()) return Status(StatusCode::kCancelled, "aborted");
   if (gather && copy_engine_gather_) {
+    COLLECTIVED_RETURN_IF_ERROR(device::ValidateFusedAllGather(d.dtype, a));
     // Peer copies: the copy engines move the data, no SM runs a kernel for it.
     for (uint32_t k = 0; k < world; ++k) {
       for (uint32_t j = 0; j < world; ++j) {

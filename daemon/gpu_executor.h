@@ -35,6 +35,7 @@ class GpuExecutor {
   GpuExecutor() = default;
   void Run();
   Status RunOp(uint64_t index);
+  bool Aborted() const;  // the segment's abort, or a kernel's give-up (gpu_abort)
 
   ring::CommSegment seg_;
   std::shared_ptr<GpuCommMemory> memory_;

@@ -402,7 +402,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
       }
       comm->formed = true;
       comm_by_key_.erase(comm->key);  // the key may be used again for a new communicator
-      if (comm->mode == ExecutionMode::kDaemon) {
+      if (comm->mode == ExecutionMode::kDaemon && !comm->gpu) {  // GPU: the GpuExecutor owns the rings
         comm->resolver = std::make_shared<CommResolver>(this, comm->id);
         for (uint32_t r = 0; r < comm->world_size; ++r) {
           comm->executors.push_back(std::make_unique<host::RankExecutor>(comm->seg, r, comm->resolver.get()));
@@ -419,6 +419,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         result.gpu = true;
         result.gpu_slot_bytes = mem.slot_bytes();
         result.gpu_heap_bytes = mem.heap_bytes();
+        result.gpu_blocks = mem.blocks();
         for (uint32_t w = 0; w < mem.window_count(); ++w) {
           GpuWindowInfo info{comm->gpu_window_ids[w], mem.window_bytes(w), mem.window_device(w)};
           if (w == 0) {
@@ -583,6 +584,10 @@ Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ri
   if (comm->mode != ExecutionMode::kDaemon) {
     return Status::FailedPrecondition("Submit needs a daemon-executed communicator; communicator " +
                                       std::to_string(comm_id) + " is client-executed");
+  }
+  if (comm->gpu) {
+    return Status::FailedPrecondition("Submit serves host communicators; GPU communicators post from the "
+                                      "client's stream (Communicator::AllReduce with a GpuStream)");
   }
   COLLECTIVED_RETURN_IF_ERROR(ring::ValidateDescriptor(desc, config_.max_message_bytes));
   const uint64_t in_bytes = desc.count * DataTypeSize(desc.dtype);

@@ -52,6 +52,7 @@ struct JoinResult {
   std::vector<GpuWindowInfo> gpu_ranks;
   uint64_t gpu_slot_bytes = 0;
   uint64_t gpu_heap_bytes = 0;
+  uint32_t gpu_blocks = 0;
 };
 
 // An fd to send over the fd socket for a window.

@@ -145,6 +145,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
         for (const auto& w : r.gpu_ranks) fill(w, resp->add_gpu_ranks());
         resp->set_gpu_slot_bytes(r.gpu_slot_bytes);
         resp->set_gpu_heap_bytes(r.gpu_heap_bytes);
+        resp->set_gpu_blocks(r.gpu_blocks);
       }
     }
     reactor->Finish(ToGrpcStatus(s));

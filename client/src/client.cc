@@ -284,6 +284,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     setup.slot_bytes = resp.gpu_slot_bytes();
     setup.heap_bytes = resp.gpu_heap_bytes();
     setup.daemon_executed = resp.mode() == v1::EXECUTION_MODE_DAEMON;
+    setup.blocks = resp.gpu_blocks();
     s = GpuCommunicator::Create(std::move(setup),
                                 [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
     if (!s.ok()) {

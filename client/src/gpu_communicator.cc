@@ -45,6 +45,7 @@ class DeviceGuard {
 class StatusSlots {
  public:
   ~StatusSlots() {
+    for (auto& r : retired_) gpuEventDestroy(r.second);
     for (void* slab : slabs_) gpuFreeHost(slab);
   }
   Status Take(int32_t** host, int32_t** device) {
@@ -157,8 +158,8 @@ Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeou
                                       " ms) for a peer; the communicator is aborted");
     case device::kDeviceMismatch:
       return Status::InvalidArgument(
-          "ranks posted different ops at the same index (kind, type, op, count or heap offsets differ; "
-          "the device-side matcher refused it); the communicator is aborted");
+          "ranks posted different ops at the same index (kind, type, op, count or heap offsets differ, or a "
+          "rank is an op ahead; the device-side matcher refused it); the communicator is aborted");
     case device::kDeviceAborted: {
       Status abort = seg.AbortStatus();
       if (!abort.ok()) return abort;
@@ -169,6 +170,15 @@ Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeou
     default:
       return Status::Internal("unknown device error " + std::to_string(code));
   }
+}
+
+// Kernels load whole elements: a buffer not aligned to its element size would fault.
+Status CheckElementAlignment(const void* send, const void* recv, size_t es) {
+  if (reinterpret_cast<uintptr_t>(send) % es != 0 || reinterpret_cast<uintptr_t>(recv) % es != 0) {
+    return Status::InvalidArgument("send and recv must be aligned to the element size (" + std::to_string(es) +
+                                   " bytes)");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -236,6 +246,12 @@ Status GpuOpWaitOn(const GpuOpState& op, void* stream) {
 Status GpuDeviceUuid(int ordinal, std::string* uuid) { return ipc::GpuUuid(ordinal, uuid); }
 
 struct GpuCommunicator::Impl {
+  ~Impl() {
+    if (registered != nullptr) {
+      DeviceGuard guard(setup.device);
+      gpuHostUnregister(registered);
+    }
+  }
   GpuCommSetup setup;
   std::unique_ptr<ipc::CuMemWindow> control;
   std::vector<std::shared_ptr<ipc::CuMemWindow>> ranks;  // shared: heap buffers keep theirs mapped
@@ -251,6 +267,8 @@ struct GpuCommunicator::Impl {
   // The last eager op of every stream used: Quiesce waits for their events
   // (which stay valid even if the caller destroyed the stream).
   std::map<gpuStream_t, std::shared_ptr<GpuOpState>> last_op;
+  std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
+  gpuStream_t last_stream = nullptr;
 
   uint32_t world() const { return setup.seg.world_size(); }
   uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
@@ -341,6 +359,12 @@ struct GpuCommunicator::Impl {
     COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
     int32_t* slot_dev = nullptr;
     if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
+    if (!op->captured) {
+      // One rank's ops share its index word and input slot, so they run one
+      // after another: an op on another stream first waits for the previous one.
+      std::lock_guard<std::mutex> lock(streams_mu);
+      if (last && last_stream != stream) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, last->event, 0));
+    }
     void* c = control->device_ptr();
     if (!setup.daemon_executed) {
       COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
@@ -368,6 +392,8 @@ struct GpuCommunicator::Impl {
     if (!op->captured) {
       std::lock_guard<std::mutex> lock(streams_mu);
       last_op[stream] = op;
+      last = op;
+      last_stream = stream;
     }
     *out = std::move(op);
     return Status::Ok();
@@ -376,12 +402,7 @@ struct GpuCommunicator::Impl {
 
 GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-GpuCommunicator::~GpuCommunicator() {
-  if (impl_ && impl_->registered != nullptr) {
-    DeviceGuard guard(impl_->setup.device);
-    gpuHostUnregister(impl_->registered);
-  }
-}
+GpuCommunicator::~GpuCommunicator() = default;  // Impl unregisters the segment
 
 Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out) {
   auto impl = std::make_unique<Impl>();
@@ -425,13 +446,10 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
   impl->posted_mirror = device_view(&s.seg.control(s.rank).next_index.value);
   impl->completed_mirror = device_view(&s.seg.control(s.rank).completed.value);
   impl->ring = reinterpret_cast<uint8_t*>(device_view(&s.seg.slot(s.rank, 0)));
-  // Ranks on one GPU spin on each other: all their blocks must be resident at once.
-  int sms = 0;
-  COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, s.device));
-  uint32_t sharing = 0;
-  for (const GpuWindowRef& ref : s.ranks) sharing += ref.device_uuid == s.ranks[s.rank].device_uuid ? 1 : 0;
-  impl->blocks = std::max<uint32_t>(
-      1, std::min<uint32_t>(device::kMaxBlocks, device::kResidentBlocksPerSm * static_cast<uint32_t>(sms) / sharing));
+  // One block count for every rank (barriers pair blocks by index), chosen
+  // by the daemon so that ranks sharing a GPU are all resident at once.
+  if (s.blocks == 0 || s.blocks > device::kMaxBlocks) return Status::Internal("daemon sent no valid block count");
+  impl->blocks = s.blocks;
   impl->heap = std::make_shared<SymmetricHeap>(s.heap_bytes);
   out->reset(new GpuCommunicator(std::move(impl)));
   return Status::Ok();
@@ -472,6 +490,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   }
   const uint64_t bytes = count * DataTypeSize(dtype);
   if (bytes / DataTypeSize(dtype) != count) return Status::InvalidArgument("count overflows");
+  COLLECTIVED_RETURN_IF_ERROR(CheckElementAlignment(send, recv, DataTypeSize(dtype)));
   DeviceGuard guard(m.setup.device);
   auto stream = static_cast<gpuStream_t>(stream_ptr);
   if (m.setup.daemon_executed) {
@@ -520,6 +539,8 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
     }
   }
   Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_off, recv_off);
+  // Checked before anything is enqueued: a refused op must not take an index.
+  COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllReduce(dtype, op, algo, a, m.blocks));
   auto kernel = [&] { return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream); };
   return m.Enqueue(stream, copy_in, kernel, copy_out, out);
 }
@@ -532,6 +553,7 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   if (count == 0) return Status::InvalidArgument("count must be positive");
   const uint64_t bytes = count * es;
   if (bytes / es != count) return Status::InvalidArgument("count overflows");
+  COLLECTIVED_RETURN_IF_ERROR(CheckElementAlignment(send, recv, es));
   const uint64_t out_bytes = bytes * m.world();
   DeviceGuard guard(m.setup.device);
   auto stream = static_cast<gpuStream_t>(stream_ptr);
@@ -573,6 +595,7 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   }
   Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy,
            send_off, recv_off);
+  COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllGather(dtype, a, m.blocks, algo));
   auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
   return m.Enqueue(stream, copy_in, kernel, nullptr, out);
 }

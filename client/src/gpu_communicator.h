@@ -15,6 +15,10 @@
 // kernel on the daemon's completion word; the daemon runs every rank's part
 // in one fused launch.
 //
+// One rank's eager ops run in the order they were enqueued, even across
+// streams (each waits for the previous one); graph replays must be ordered
+// against that rank's other ops by the caller (one stream, or events).
+//
 // Ops on spans of the symmetric heap (Communicator::AllocBuffer) run zero-copy:
 // peers read and write them in place. Any other device pointers are staged
 // through the fixed input slots (at most max_message_bytes per rank).
@@ -65,6 +69,7 @@ struct GpuCommSetup {
   // Daemon-executed: the client posts into the op ring and waits for the
   // daemon's fused launch instead of running the kernel itself.
   bool daemon_executed = false;
+  uint32_t blocks = 0;  // per rank's kernel, the same on every rank (the daemon's choice)
 };
 
 // A buffer of the symmetric heap: its pointer, and what keeps it mapped and

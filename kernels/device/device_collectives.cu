@@ -42,7 +42,7 @@ __device__ __forceinline__ uint64_t NowNs() {
 }
 
 __device__ void RecordError(const DeviceRankArgs& a, int32_t code) {
-  atomicCAS(a.error_word, 0, code);
+  atomicCAS_system(a.error_word, 0, code);  // ranks on several GPUs share the word
   if (code != kDeviceAborted) {
     __threadfence_system();
     StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator
@@ -508,8 +508,11 @@ Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t*
   return Status::Ok();
 }
 
-Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
-                       gpuStream_t stream) {
+namespace {
+
+// The launchers' checks; *algo becomes what runs (in place forces two-shot).
+Status CheckAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm* algo, const DeviceRankArgs& args,
+                      uint32_t blocks) {
   if (!IsValidReduction(dtype, op)) {
     return Status::InvalidArgument(std::string("reduction ") + ReduceOpName(op) + " is not allowed on " +
                                    DataTypeName(dtype));
@@ -521,11 +524,45 @@ Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const 
   // One-shot in place would overwrite rank r's input while peers still read
   // it; two-shot push is in-place safe (only rank r touches chunk r of any
   // buffer), so in-place ops take it.
-  if (in_place) algo = DeviceAlgorithm::kTwoShotPush;
-  if (args.own_output_only && algo != DeviceAlgorithm::kOneShot) {
+  if (in_place) *algo = DeviceAlgorithm::kTwoShotPush;
+  if (args.own_output_only && *algo != DeviceAlgorithm::kOneShot) {
     return Status::InvalidArgument("two-shot push writes every rank's output; with only this rank's output mapped, "
                                    "run one-shot out of place");
   }
+  return Status::Ok();
+}
+
+Status CheckAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, bool barriers,
+                      GatherAlgorithm algo) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, barriers));
+  const size_t es = DataTypeSize(dtype);
+  if (es == 0) return Status::InvalidArgument("unknown data type");
+  if (args.own_output_only && algo == GatherAlgorithm::kPush) {
+    return Status::InvalidArgument("push all-gather writes every rank's output; with only this rank's output mapped, "
+                                   "pull");
+  }
+  bool in_place = false;  // rank r's input is chunk r of its own output: safe, it is copied onto itself
+  return CheckPlacement(args, args.count * es, args.world * args.count * es, args.count * es, &in_place);
+}
+
+}  // namespace
+
+Status ValidateAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args,
+                         uint32_t blocks) {
+  return CheckAllReduce(dtype, op, &algo, args, blocks);
+}
+
+Status ValidateAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, GatherAlgorithm algo) {
+  return CheckAllGather(dtype, args, blocks, true, algo);
+}
+
+Status ValidateFusedAllGather(DataType dtype, const DeviceRankArgs& args) {
+  return CheckAllGather(dtype, args, 1, false, GatherAlgorithm::kPush);
+}
+
+Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
+                       gpuStream_t stream) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckAllReduce(dtype, op, &algo, args, blocks));
   const bool vec = AllAligned(args);
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     if (algo == DeviceAlgorithm::kOneShot) {
@@ -573,12 +610,8 @@ Status LaunchPublish(const PublishArgs& args, gpuStream_t stream) {
 }
 
 Status LaunchFusedAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream) {
-  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, false));
+  COLLECTIVED_RETURN_IF_ERROR(CheckAllGather(dtype, args, blocks, false, GatherAlgorithm::kPush));
   const size_t es = DataTypeSize(dtype);
-  if (es == 0) return Status::InvalidArgument("unknown data type");
-  bool in_place = false;  // an in-place input is copied onto itself: safe
-  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, args.count * es, args.world * args.count * es, args.count * es,
-                                             &in_place));
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
   switch (es) {
     case 2: FusedAllGatherKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
@@ -591,16 +624,8 @@ Status LaunchFusedAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t
 
 Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, gpuStream_t stream,
                        GatherAlgorithm algo) {
-  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, true));
-  if (args.own_output_only && algo == GatherAlgorithm::kPush) {
-    return Status::InvalidArgument("push all-gather writes every rank's output; with only this rank's output mapped, "
-                                   "pull");
-  }
+  COLLECTIVED_RETURN_IF_ERROR(CheckAllGather(dtype, args, blocks, true, algo));
   const size_t es = DataTypeSize(dtype);
-  if (es == 0) return Status::InvalidArgument("unknown data type");
-  bool in_place = false;  // rank r's input is chunk r of its own output: safe, it is copied onto itself
-  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, args.count * es, args.world * args.count * es, args.count * es,
-                                             &in_place));
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
   const bool push = algo == GatherAlgorithm::kPush;
   switch (es) {

@@ -124,6 +124,15 @@ Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
                   uint64_t timeout_ns, gpuStream_t stream);
 
+// The launchers' argument checks alone (nothing is launched): callers that
+// enqueue other work before the kernel (a post that takes an op index) check
+// first, so a refused op leaves no trace on the stream.
+Status ValidateAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args,
+                         uint32_t blocks);
+Status ValidateAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, GatherAlgorithm algo);
+// Placement checks of a fused (or copy-engine) all-gather.
+Status ValidateFusedAllGather(DataType dtype, const DeviceRankArgs& args);
+
 // Fused all-reduce for ranks that share one device and one launcher (the
 // daemon): a single kernel reads each input once and writes each output once.
 // A kernel that only waits `ns` on the device: the race windows of tests and
