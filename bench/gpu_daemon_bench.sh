@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: collective-bench through collectived (client-executed
 # GPU communicators) next to the in-process baseline, in the same run.
-#   bench/gpu_daemon_bench.sh BIN [quick]
+#   bench/gpu_daemon_bench.sh BIN [quick|latency]   (latency: only the latency rows, threads, no MPS)
 # BIN holds collectived and collective-bench. Ranks as sessions of one process
 # share a CUDA context; ranks as MPI processes share the GPU through MPS, or
 # time-slice without it (both are measured). Output: stdout and
@@ -28,12 +28,15 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
   date -u +"# %Y-%m-%dT%H:%MZ"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   start_daemon
+  if [ "$quick" != latency ]; then
   echo "## checked sweep through the daemon, 4 ranks (every element compared)"
   bench -D "$sock" -k chk-z -g 4 -b 1K -e 64M -f 16 -c 1 -n 3 -w 1 -z 1
   bench -D "$sock" -k chk-s -g 4 -b 1K -e 16M -f 16 -c 1 -n 3 -w 1 -z 0
   bench -D "$sock" -k chk-g -t all_gather -g 4 -b 4K -e 64M -f 16 -c 1 -n 3 -w 1 -z 1
+  fi
   lo=16M; f=4; [ -n "$quick" ] && lo=256M
   for g in 2 4 8; do
+    [ "$quick" = latency ] && break
     echo "## all_reduce throughput, $g ranks: in-process baseline (post/complete), then through the daemon (zero-copy)"
     bench -g "$g" -p post -b $lo -e 1G -f $f -c 0 -n 20 -w 5
     bench -D "$sock" -k tp-$g -g "$g" -b $lo -e 1G -f $f -c 0 -n 20 -w 5
@@ -53,6 +56,7 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
   echo "## daemon-executed (the daemon's fused launch; ranks as sessions of one process, no MPS: the daemon's"
   echo "## context and the clients' time-slice)"
   timeout 120 "$bin/collective-bench" -D "$sock" -k de-nomps -m daemon -g 2 -b 16K -e 1M -f 4 -c 1 -n 10 -w 2 2>&1 | grep -v "^# least"
+  if [ "$quick" = latency ]; then stop_daemon; rm -rf "$work"; exit 0; fi
   echo "## one rank per process (mpirun), no MPS: contexts time-slice"
   timeout 120 mpirun $mpirun_flags -np 2 "$bin/collective-bench" -D "$sock" -k mpi-nomps -M 1 -b 16K -e 1M -f 4 -c 1 -n 10 -w 2 2>&1 | grep -v "^# least"
   stop_daemon

@@ -78,6 +78,34 @@ uint32_t GpuCommMemory::window_count() const { return static_cast<uint32_t>(wind
 uint64_t GpuCommMemory::window_bytes(uint32_t w) const { return windows_->windows[w]->size(); }
 const std::string& GpuCommMemory::window_device(uint32_t w) const { return windows_->devices[w]; }
 void* GpuCommMemory::window_ptr(uint32_t w) const { return windows_->windows[w]->device_ptr(); }
+Status GpuCommMemory::SetAbort() const {
+  COLLECTIVED_GPU_CHECK(gpuSetDevice(window_ordinal(0)));
+  const uint64_t one = 1;
+  COLLECTIVED_GPU_CHECK(
+      gpuMemcpy(device::GpuControlLayout::Abort(window_ptr(0)), &one, sizeof(one), gpuMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+Status GpuCommMemory::ReadCounts(uint32_t world, Counts* out) const {
+  COLLECTIVED_GPU_CHECK(gpuSetDevice(window_ordinal(0)));
+  void* c = window_ptr(0);
+  // The rank words and everything after them, in one copy.
+  const uint64_t first = device::GpuControlLayout::kRankWordsWord;
+  std::vector<uint64_t> words(device::GpuControlLayout::kAbortWord + 1 - first);
+  COLLECTIVED_GPU_CHECK(gpuMemcpy(words.data(), static_cast<uint64_t*>(c) + first, words.size() * 8,
+                                  gpuMemcpyDeviceToHost));
+  out->posted.resize(world);
+  out->completed.resize(world);
+  for (uint32_t r = 0; r < world; ++r) {
+    const uint64_t at = (device::GpuControlLayout::Counter(c, r) - static_cast<uint64_t*>(c)) - first;
+    out->posted[r] = words[at];
+    out->completed[r] = words[(device::GpuControlLayout::Done(c, r) - static_cast<uint64_t*>(c)) - first];
+  }
+  out->error = static_cast<int32_t>(words[device::GpuControlLayout::kErrorWord - first] & 0xffffffffu);
+  out->abort = words[device::GpuControlLayout::kAbortWord - first];
+  return Status::Ok();
+}
+
 bool GpuCommMemory::single_device() const {
   for (const auto& d : windows_->devices) {
     if (d != windows_->devices[0]) return false;
@@ -108,6 +136,8 @@ const std::string& GpuCommMemory::window_device(uint32_t) const {
 }
 void* GpuCommMemory::window_ptr(uint32_t) const { return nullptr; }
 bool GpuCommMemory::single_device() const { return true; }
+Status GpuCommMemory::SetAbort() const { return Status::FailedPrecondition("no CUDA backend"); }
+Status GpuCommMemory::ReadCounts(uint32_t, Counts*) const { return Status::FailedPrecondition("no CUDA backend"); }
 int GpuCommMemory::window_ordinal(uint32_t) const { return -1; }
 
 #endif

@@ -44,6 +44,16 @@ class GpuCommMemory {
   uint32_t blocks() const { return blocks_; }
   // True when every window is on one device.
   bool single_device() const;
+  // Sets the control window's abort word: every kernel of the communicator
+  // gives up its spins (after the segment's abort reason was written).
+  Status SetAbort() const;
+  // The device-side counts: ops posted and finished per rank, the error and abort words.
+  struct Counts {
+    std::vector<uint64_t> posted, completed;
+    int32_t error = 0;
+    uint64_t abort = 0;
+  };
+  Status ReadCounts(uint32_t world, Counts* out) const;
 
  private:
   struct Windows;

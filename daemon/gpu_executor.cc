@@ -26,7 +26,9 @@ double GpuExecutor::handoff_us_mean() const {
 GpuExecutor::~GpuExecutor() { Stop(); }
 
 bool GpuExecutor::Aborted() const {
-  return seg_.aborted() || seg_.header().gpu_abort.load(std::memory_order_acquire) != 0;
+  if (seg_.aborted()) return true;
+  GpuCommMemory::Counts counts;  // a kernel that gave up set the device abort word
+  return memory_->ReadCounts(seg_.world_size(), &counts).ok() && counts.abort != 0;
 }
 
 void GpuExecutor::Stop() {
@@ -77,6 +79,8 @@ void GpuExecutor::Run() {
       spdlog::error("communicator {}: daemon-executed GPU op {} failed: {}", seg_.header().comm_id, index,
                     s.ToString());
       seg_.Abort(s.code(), ("op " + std::to_string(index) + ": " + s.message()).c_str());
+      Status set = memory_->SetAbort();  // after the reason: the clients' kernels stop spinning
+      if (!set.ok()) spdlog::error("could not set the abort word: {}", set.ToString());
       break;
     }
   }
@@ -91,7 +95,8 @@ Status GpuExecutor::RunOp(uint64_t index) {
   for (uint32_t r = 0; r < world; ++r) {
     const ring::RingSlot& slot = seg_.slot(r, index);
     for (uint32_t polls = 0; slot.ready_seq.load(std::memory_order_acquire) != index + 1; ++polls) {
-      if (stop_.load() || Aborted()) return Status(StatusCode::kCancelled, "stopping");
+      if (stop_.load() || seg_.aborted()) return Status(StatusCode::kCancelled, "stopping");
+      if (polls % 4096 == 4095 && Aborted()) return Status(StatusCode::kCancelled, "aborted");
       if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 200 : 5));
     }
   }

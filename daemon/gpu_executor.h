@@ -35,7 +35,7 @@ class GpuExecutor {
   GpuExecutor() = default;
   void Run();
   Status RunOp(uint64_t index);
-  bool Aborted() const;  // the segment's abort, or a kernel's give-up (gpu_abort)
+  bool Aborted() const;  // the segment's abort, or a kernel's give-up (the device abort word)
 
   ring::CommSegment seg_;
   std::shared_ptr<GpuCommMemory> memory_;

@@ -516,6 +516,12 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     // Peers that still post ops would wait for this rank forever: end them now.
     const std::string reason = "rank " + std::to_string(rank) + " left: " + why;
     comm.seg.Abort(StatusCode::kAborted, reason.c_str());
+    if (comm.gpu_memory) {  // GPU kernels poll the abort word in device memory
+      after->push_back([mem = comm.gpu_memory] {
+        Status s = mem->SetAbort();
+        if (!s.ok()) spdlog::error("could not set a GPU communicator's abort word: {}", s.ToString());
+      });
+    }
     if (!comm.executors.empty() && comm.executors[rank]) {
       after->push_back(StopLater(std::move(comm.executors[rank]), comm.window, comm.resolver));
     }
@@ -718,13 +724,23 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
   }
   cs->set_posted(posted);
   if (c.gpu) {
-    // The kernels keep these counts themselves: the post and complete kernels
-    // mirror each rank's index into the registered segment, on every replay.
+    // The kernels keep these counts in device memory (each replay of a
+    // captured op takes its index there); one small copy reads them.
+    GpuCommMemory::Counts counts;
+    if (c.gpu_memory && c.gpu_memory->ReadCounts(c.world_size, &counts).ok()) {
+      uint64_t posted_max = 0;
+      for (uint32_t r = 0; r < c.world_size; ++r) {
+        cs->mutable_ranks(r)->set_posted(counts.posted[r]);
+        cs->mutable_ranks(r)->set_completed(counts.completed[r]);
+        posted_max = std::max(posted_max, counts.posted[r]);
+      }
+      cs->set_posted(posted_max);
+    }
     uint64_t all_done = UINT64_MAX;
     for (uint32_t r = 0; r < c.world_size; ++r) all_done = std::min(all_done, cs->ranks(r).completed());
     cs->set_matched(all_done);
     cs->set_completed(all_done);
-    const bool kernel_gave_up = h.gpu_abort.load(std::memory_order_acquire) != 0;
+    const bool kernel_gave_up = counts.abort != 0;
     if (c.gpu_executor) cs->set_gpu_handoff_us_mean(c.gpu_executor->handoff_us_mean());
     cs->set_aborted(c.seg.aborted() || kernel_gave_up);
     if (c.seg.aborted()) {

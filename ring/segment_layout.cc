@@ -129,7 +129,6 @@ void CommSegment::Abort(StatusCode code, const char* reason) const {
   std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason);
   h.abort_code.store(static_cast<uint64_t>(code == StatusCode::kOk ? StatusCode::kAborted : code),
                      std::memory_order_release);
-  h.gpu_abort.store(1, std::memory_order_release);
 }
 
 uint64_t CommSegment::control_bytes() const { return layout_.status_offset; }

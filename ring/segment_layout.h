@@ -101,10 +101,6 @@ struct alignas(kCacheLine) CommHeader {
   alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts
   std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
   char abort_reason[256];
-  // GPU communicators: this header page is registered (mapped) in every
-  // member's CUDA context. Kernels poll gpu_abort in every spin; Abort() sets
-  // it, so a host (the daemon, on a dead client) can stop them.
-  alignas(kCacheLine) std::atomic<uint64_t> gpu_abort;
   alignas(kCacheLine) std::atomic<uint64_t> ops_matched;
   std::atomic<uint64_t> ops_completed;
   std::atomic<uint64_t> ops_failed;

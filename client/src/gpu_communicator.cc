@@ -256,9 +256,10 @@ struct GpuCommunicator::Impl {
   std::unique_ptr<ipc::CuMemWindow> control;
   std::vector<std::shared_ptr<ipc::CuMemWindow>> ranks;  // shared: heap buffers keep theirs mapped
   void* registered = nullptr;  // the segment's control page, registered with CUDA
-  uint64_t* posted_mirror = nullptr;     // device views of the segment's words
+  // Daemon-executed only: device views of the segment's words.
+  uint64_t* posted_mirror = nullptr;
   uint64_t* completed_mirror = nullptr;
-  uint64_t* abort_word = nullptr;
+  uint64_t* abort_word = nullptr;  // in the control window (device memory)
   uint8_t* ring = nullptr;  // device view of this rank's op ring (daemon-executed)
   uint32_t blocks = 1;
   std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
@@ -368,8 +369,7 @@ struct GpuCommunicator::Impl {
     void* c = control->device_ptr();
     if (!setup.daemon_executed) {
       COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
-                                                     device::GpuControlLayout::OpIndex(c, setup.rank), stream,
-                                                     posted_mirror));
+                                                     device::GpuControlLayout::OpIndex(c, setup.rank), stream));
     }
     if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
     // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
@@ -386,8 +386,7 @@ struct GpuCommunicator::Impl {
     // Daemon-executed: the daemon keeps `completed` itself.
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
         device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
-        setup.daemon_executed ? nullptr : completed_mirror, op->captured ? nullptr : device::GpuControlLayout::Error(c),
-        slot_dev));
+        nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
     if (!op->captured) {
       std::lock_guard<std::mutex> lock(streams_mu);
@@ -429,23 +428,25 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
     COLLECTIVED_RETURN_IF_ERROR(import(ref, &w));
     impl->ranks.push_back(std::move(w));
   }
-  // The segment's header and rank controls, so kernels can poll the abort
-  // word and mirror their counters where the daemon reads them.
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  void* base = &s.seg.header();
-  const uint64_t bytes = device::AlignUp(s.seg.control_bytes(), page);
-  COLLECTIVED_GPU_CHECK(gpuHostRegister(base, bytes, gpuHostRegisterMapped | gpuHostRegisterPortable));
-  impl->registered = base;
-  void* dev = nullptr;
-  COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, base, 0));
-  auto device_view = [&](const void* host) {
-    return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) +
-                                       (static_cast<const uint8_t*>(host) - static_cast<const uint8_t*>(base)));
-  };
-  impl->abort_word = device_view(&s.seg.header().gpu_abort);
-  impl->posted_mirror = device_view(&s.seg.control(s.rank).next_index.value);
-  impl->completed_mirror = device_view(&s.seg.control(s.rank).completed.value);
-  impl->ring = reinterpret_cast<uint8_t*>(device_view(&s.seg.slot(s.rank, 0)));
+  impl->abort_word = device::GpuControlLayout::Abort(impl->control->device_ptr());
+  if (s.daemon_executed) {
+    // Daemon-executed ops meet the daemon in the segment: ring posts write the
+    // op ring, the wait kernel polls the daemon's `completed` word.
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    void* base = &s.seg.header();
+    COLLECTIVED_GPU_CHECK(gpuHostRegister(base, device::AlignUp(s.seg.control_bytes(), page),
+                                          gpuHostRegisterMapped | gpuHostRegisterPortable));
+    impl->registered = base;
+    void* dev = nullptr;
+    COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, base, 0));
+    auto device_view = [&](const void* host) {
+      return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) +
+                                         (static_cast<const uint8_t*>(host) - static_cast<const uint8_t*>(base)));
+    };
+    impl->posted_mirror = device_view(&s.seg.control(s.rank).next_index.value);
+    impl->completed_mirror = device_view(&s.seg.control(s.rank).completed.value);
+    impl->ring = reinterpret_cast<uint8_t*>(device_view(&s.seg.slot(s.rank, 0)));
+  }
   // One block count for every rank (barriers pair blocks by index), chosen
   // by the daemon so that ranks sharing a GPU are all resident at once.
   if (s.blocks == 0 || s.blocks > device::kMaxBlocks) return Status::Internal("daemon sent no valid block count");
