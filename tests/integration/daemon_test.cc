@@ -476,6 +476,36 @@ TEST_F(DaemonTest, EightProcessesThousandMixedOpsEachMode) {
   }
 }
 
+// A GPU communicator where there is none (CI: the client finds no GPU, and
+// the daemon serves the host backend) is refused with FAILED_PRECONDITION and
+// a reason, before anything is allocated; the session and the daemon go on.
+// GPU machines run the cuda backend's own tests (gpu_daemon_test).
+TEST_F(DaemonTest, GpuCommunicatorOnTheHostBackendIsRefusedAndServingGoesOn) {
+  auto c = daemon_.Connect();
+  ASSERT_TRUE(c);
+  VersionInfo v;
+  ASSERT_TRUE(c->GetVersion(&v).ok());
+  if (v.active_backend != "host") GTEST_SKIP() << "this daemon serves " << v.active_backend;
+  std::unique_ptr<Communicator> comm;
+  Status s = c->CreateCommunicator({.key = "gpu", .world_size = 1, .rank = 0, .join_timeout_ms = 2000, .device = 0,
+                                    .gpu_heap_bytes = 1 << 20},
+                                   &comm);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_FALSE(s.message().empty());
+  // A host-only option on a host communicator is refused too.
+  s = c->CreateCommunicator({.key = "host-heap", .world_size = 1, .rank = 0, .gpu_heap_bytes = 1 << 20}, &comm);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  // The same session goes on with a host communicator.
+  auto ok = Join(*c, "after-gpu", 1, 0);
+  ASSERT_TRUE(ok);
+  EXPECT_FALSE(ok->on_gpu());
+  Handle h;
+  std::vector<float> x(16);
+  EXPECT_EQ(ok->AllReduce(x.data(), x.data(), 16, DataType::kFloat32, ReduceOp::kSum, nullptr, &h).code(),
+            StatusCode::kFailedPrecondition);  // the GPU overload on a host communicator
+  EXPECT_EQ(SumAllReduce(*c, *ok, 1000, 5), 0u);
+}
+
 TEST(DaemonLifecycleTest, SecondDaemonOnTheSameSocketRefusesToStart) {
   Daemon first;
   ASSERT_TRUE(first.ready());
