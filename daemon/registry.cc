@@ -65,6 +65,7 @@ struct Registry::Comm {
   std::shared_ptr<GpuCommMemory> gpu_memory;
   std::vector<uint64_t> gpu_window_ids;  // index w of gpu_memory -> window id
   std::shared_ptr<GpuExecutor> gpu_executor;  // daemon-executed GPU communicators
+  std::vector<uint64_t> captured_plans;        // per rank: ops registered at capture time
 };
 
 namespace {
@@ -319,6 +320,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         c->gpu = gpu;
         c->device_uuids.assign(req.world_size, "");
         c->gpu_heap_bytes = req.gpu_heap_bytes;
+        c->captured_plans.assign(req.world_size, 0);
         ring::SegmentParams params;
         params.world_size = req.world_size;
         params.ring_depth = config_.ring_depth;
@@ -581,6 +583,20 @@ Status Registry::DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint
   return s;
 }
 
+Status Registry::RegisterPlan(uint64_t session_id, uint64_t comm_id, uint32_t rank, const ring::OpDescriptor& desc,
+                              uint64_t* plans) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Comm* comm = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
+  // Sizes are checked when the op runs (heap ops may exceed the slot); here
+  // the kind, type and reduction.
+  COLLECTIVED_RETURN_IF_ERROR(ring::ValidateDescriptor(desc, UINT64_MAX));
+  *plans = ++comm->captured_plans[rank];
+  spdlog::debug("communicator {} rank {}: captured plan {} ({} x {})", comm_id, rank, *plans, desc.count,
+                DataTypeName(desc.dtype));
+  return Status::Ok();
+}
+
 Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc,
                         uint64_t* index) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
@@ -720,6 +736,7 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
     const uint64_t p = c.seg.control(r).next_index.value.load(std::memory_order_acquire);
     rs->set_posted(p);
     rs->set_completed(c.seg.control(r).completed.value.load(std::memory_order_acquire));
+    rs->set_captured_plans(r < c.captured_plans.size() ? c.captured_plans[r] : 0);
     posted = std::max(posted, p);
   }
   cs->set_posted(posted);

@@ -95,6 +95,10 @@ class Registry {
   Status DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint32_t rank);
 
   Status Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc, uint64_t* index);
+  // Records a GPU op captured into a graph by `rank` (kind, type, op and
+  // count checked); *plans: that rank's registered plans so far.
+  Status RegisterPlan(uint64_t session_id, uint64_t comm_id, uint32_t rank, const ring::OpDescriptor& desc,
+                      uint64_t* plans);
   // *done and, when done, *op_status of op `index` of `rank` (the session's).
   Status QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t index, bool* done,
                  Status* op_status);

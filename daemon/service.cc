@@ -159,6 +159,15 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::DestroyCommunicator(grpc::Callb
   return Done(ctx, registry_->DestroyCommunicator(req->session_id(), req->comm_id(), req->rank()));
 }
 
+grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterPlan(grpc::CallbackServerContext* ctx,
+                                                              const v1::RegisterPlanRequest* req,
+                                                              v1::RegisterPlanResponse* resp) {
+  uint64_t plans = 0;
+  Status s = registry_->RegisterPlan(req->session_id(), req->comm_id(), req->rank(), FromProto(req->op()), &plans);
+  if (s.ok()) resp->set_plans(plans);
+  return Done(ctx, s);
+}
+
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Submit(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitRequest* req, v1::SubmitResponse* resp) {
   uint64_t index = 0;

@@ -37,6 +37,8 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
   grpc::ServerUnaryReactor* DestroyCommunicator(grpc::CallbackServerContext* ctx,
                                                 const v1::DestroyCommunicatorRequest* req,
                                                 v1::DestroyCommunicatorResponse* resp) override;
+  grpc::ServerUnaryReactor* RegisterPlan(grpc::CallbackServerContext* ctx, const v1::RegisterPlanRequest* req,
+                                         v1::RegisterPlanResponse* resp) override;
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* ctx, const v1::SubmitRequest* req,
                                    v1::SubmitResponse* resp) override;
   grpc::ServerUnaryReactor* WaitOp(grpc::CallbackServerContext* ctx, const v1::WaitOpRequest* req,

@@ -285,6 +285,15 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     setup.heap_bytes = resp.gpu_heap_bytes();
     setup.daemon_executed = resp.mode() == v1::EXECUTION_MODE_DAEMON;
     setup.blocks = resp.gpu_blocks();
+    setup.register_plan = [this, comm_id = resp.comm_id(), rank = options.rank](CollectiveKind kind, DataType dtype,
+                                                                               ReduceOp op, uint64_t count) {
+      v1::OpRequest req;
+      req.set_kind(static_cast<v1::CollectiveKind>(kind));
+      req.set_dtype(static_cast<v1::DataType>(dtype));
+      req.set_reduce_op(static_cast<v1::ReduceOp>(op));
+      req.set_count(count);
+      return RegisterPlan(comm_id, rank, req);
+    };
     s = GpuCommunicator::Create(std::move(setup),
                                 [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
     if (!s.ok()) {
@@ -311,6 +320,17 @@ Status ClientImpl::DestroyCommunicator(uint64_t comm_id, uint32_t rank) {
   v1::DestroyCommunicatorResponse resp;
   auto ctx = NewContext();
   return FromGrpcStatus(stub_->DestroyCommunicator(ctx.get(), req, &resp));
+}
+
+Status ClientImpl::RegisterPlan(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op) {
+  v1::RegisterPlanRequest req;
+  req.set_session_id(session_id_);
+  req.set_comm_id(comm_id);
+  req.set_rank(rank);
+  *req.mutable_op() = op;
+  v1::RegisterPlanResponse resp;
+  auto ctx = NewContext();
+  return FromGrpcStatus(stub_->RegisterPlan(ctx.get(), req, &resp));
 }
 
 Status ClientImpl::Submit(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op, uint64_t* index) {

@@ -345,6 +345,15 @@ struct GpuCommunicator::Impl {
     return device::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
   }
 
+  // A captured op's plan goes to the daemon now, before anything is enqueued:
+  // its replays post from the device with no RPC.
+  Status RegisterIfCapturing(gpuStream_t stream, CollectiveKind kind, DataType dtype, ReduceOp op, uint64_t count) {
+    gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
+    COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
+    if (capture == gpuStreamCaptureStatusNone || !setup.register_plan) return Status::Ok();
+    return setup.register_plan(kind, dtype, op, count);
+  }
+
   // Runs post, [copy-in], kernel, [copy-out], complete, event on `stream`.
   Status Enqueue(gpuStream_t stream, const std::function<Status()>& copy_in, const std::function<Status()>& kernel,
                  const std::function<Status()>& copy_out, std::shared_ptr<GpuOpState>* out) {
@@ -542,6 +551,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_off, recv_off);
   // Checked before anything is enqueued: a refused op must not take an index.
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllReduce(dtype, op, algo, a, m.blocks));
+  COLLECTIVED_RETURN_IF_ERROR(m.RegisterIfCapturing(stream, CollectiveKind::kAllReduce, dtype, op, count));
   auto kernel = [&] { return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream); };
   return m.Enqueue(stream, copy_in, kernel, copy_out, out);
 }
@@ -597,6 +607,8 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy,
            send_off, recv_off);
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllGather(dtype, a, m.blocks, algo));
+  COLLECTIVED_RETURN_IF_ERROR(
+      m.RegisterIfCapturing(stream, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, count));
   auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
   return m.Enqueue(stream, copy_in, kernel, nullptr, out);
 }
@@ -646,6 +658,7 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
       return Status::Ok();
     };
   }
+  COLLECTIVED_RETURN_IF_ERROR(m.RegisterIfCapturing(stream, kind, dtype, op, count));
   auto kernel = [&] { return m.PostAndWaitForDaemon(d, stream); };
   return m.Enqueue(stream, copy_in, kernel, copy_out, out);
 }

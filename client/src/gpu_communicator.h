@@ -70,6 +70,8 @@ struct GpuCommSetup {
   // daemon's fused launch instead of running the kernel itself.
   bool daemon_executed = false;
   uint32_t blocks = 0;  // per rank's kernel, the same on every rank (the daemon's choice)
+  // Tells the daemon about an op captured into a graph (at capture time).
+  std::function<Status(CollectiveKind, DataType, ReduceOp, uint64_t count)> register_plan;
 };
 
 // A buffer of the symmetric heap: its pointer, and what keeps it mapped and

@@ -506,6 +506,47 @@ TEST_F(DaemonTest, GpuCommunicatorOnTheHostBackendIsRefusedAndServingGoesOn) {
   EXPECT_EQ(SumAllReduce(*c, *ok, 1000, 5), 0u);
 }
 
+// RegisterPlan (what a GPU client sends when it captures an op into a graph)
+// is checked like any op and counted per rank in the stats.
+TEST_F(DaemonTest, RegisterPlanIsCheckedAndCounted) {
+  auto c = daemon_.Connect();
+  ASSERT_TRUE(c);
+  auto comm = Join(*c, "plans", 1, 0);
+  ASSERT_TRUE(comm);
+  auto stub = RawStub(daemon_);
+  auto call = [&](uint32_t rank, v1::DataType dtype, v1::ReduceOp op, uint64_t* plans) {
+    v1::RegisterPlanRequest req;
+    req.set_session_id(c->session_id());
+    req.set_comm_id(comm->id());
+    req.set_rank(rank);
+    req.mutable_op()->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    req.mutable_op()->set_dtype(dtype);
+    req.mutable_op()->set_reduce_op(op);
+    req.mutable_op()->set_count(1 << 30);  // sizes are checked when the op runs
+    v1::RegisterPlanResponse resp;
+    auto ctx = Ctx();
+    grpc::Status s = stub->RegisterPlan(ctx.get(), req, &resp);
+    if (plans) *plans = resp.plans();
+    return s.error_code();
+  };
+  uint64_t plans = 0;
+  EXPECT_EQ(call(0, v1::DATA_TYPE_BFLOAT16, v1::REDUCE_OP_SUM, &plans), grpc::StatusCode::OK);
+  EXPECT_EQ(plans, 1u);
+  EXPECT_EQ(call(0, v1::DATA_TYPE_INT32, v1::REDUCE_OP_AVG, nullptr), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call(1, v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_SUM, nullptr), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(call(0, v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_MAX, &plans), grpc::StatusCode::OK);
+  EXPECT_EQ(plans, 2u);
+  bool found = false;
+  const v1::GetStatsResponse stats = Stats(daemon_);
+  for (const auto& cs : stats.communicators()) {
+    if (cs.key() != "plans") continue;
+    found = true;
+    ASSERT_EQ(cs.ranks_size(), 1);
+    EXPECT_EQ(cs.ranks(0).captured_plans(), 2u);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(DaemonLifecycleTest, SecondDaemonOnTheSameSocketRefusesToStart) {
   Daemon first;
   ASSERT_TRUE(first.ready());

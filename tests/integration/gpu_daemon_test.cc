@@ -338,7 +338,10 @@ TEST(GpuDaemonTest, GraphReplayWithChangingSizesInterleavedWithEagerOps) {
     const uint64_t expect = kReplays * (sizes.size() + 1) + eager;
     EXPECT_EQ(c.posted(), expect);
     EXPECT_EQ(c.completed(), expect);
-    for (const auto& rs : c.ranks()) EXPECT_EQ(rs.posted(), expect) << "rank " << rs.rank();
+    for (const auto& rs : c.ranks()) {
+      EXPECT_EQ(rs.posted(), expect) << "rank " << rs.rank();
+      EXPECT_EQ(rs.captured_plans(), sizes.size() + 1) << "plans registered at capture time, rank " << rs.rank();
+    }
   }
   EXPECT_TRUE(found);
   for (auto e : exec) gpuGraphExecDestroy(e);
