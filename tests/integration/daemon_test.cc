@@ -595,6 +595,7 @@ TEST(DaemonLifecycleTest, CollectivectlHealthStatsAndDrain) {
     EXPECT_EQ(rc, 0);
     EXPECT_NE(json.find("\"key\":\"ctl-json\""), std::string::npos) << json;
     EXPECT_NE(json.find("\"completed\":1"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"captured_plans\":0"), std::string::npos) << json;
     EXPECT_NE(json.find("\"sessions\":1"), std::string::npos) << json;
   }
   const std::string version = ctl({"version"}, &rc);
