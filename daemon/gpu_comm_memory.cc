@@ -106,6 +106,13 @@ Status GpuCommMemory::ReadCounts(uint32_t world, Counts* out) const {
   return Status::Ok();
 }
 
+Status GpuCommMemory::ReadAbort(uint64_t* out) const {
+  COLLECTIVED_GPU_CHECK(gpuSetDevice(window_ordinal(0)));
+  COLLECTIVED_GPU_CHECK(
+      gpuMemcpy(out, device::GpuControlLayout::Abort(window_ptr(0)), sizeof(*out), gpuMemcpyDeviceToHost));
+  return Status::Ok();
+}
+
 bool GpuCommMemory::single_device() const {
   for (const auto& d : windows_->devices) {
     if (d != windows_->devices[0]) return false;
@@ -138,6 +145,7 @@ void* GpuCommMemory::window_ptr(uint32_t) const { return nullptr; }
 bool GpuCommMemory::single_device() const { return true; }
 Status GpuCommMemory::SetAbort() const { return Status::FailedPrecondition("no CUDA backend"); }
 Status GpuCommMemory::ReadCounts(uint32_t, Counts*) const { return Status::FailedPrecondition("no CUDA backend"); }
+Status GpuCommMemory::ReadAbort(uint64_t*) const { return Status::FailedPrecondition("no CUDA backend"); }
 int GpuCommMemory::window_ordinal(uint32_t) const { return -1; }
 
 #endif

@@ -54,6 +54,8 @@ class GpuCommMemory {
     uint64_t abort = 0;
   };
   Status ReadCounts(uint32_t world, Counts* out) const;
+  // The abort word alone (what the daemon's executor checks before each launch).
+  Status ReadAbort(uint64_t* out) const;
 
  private:
   struct Windows;

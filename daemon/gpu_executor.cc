@@ -27,8 +27,8 @@ GpuExecutor::~GpuExecutor() { Stop(); }
 
 bool GpuExecutor::Aborted() const {
   if (seg_.aborted()) return true;
-  GpuCommMemory::Counts counts;  // a kernel that gave up set the device abort word
-  return memory_->ReadCounts(seg_.world_size(), &counts).ok() && counts.abort != 0;
+  uint64_t abort = 0;  // a kernel that gave up set the device abort word
+  return memory_->ReadAbort(&abort).ok() && abort != 0;
 }
 
 void GpuExecutor::Stop() {

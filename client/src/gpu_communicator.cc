@@ -172,6 +172,14 @@ Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeou
   }
 }
 
+// A device-to-device copy enqueued later on `stream` (the staged ops' copy-in and copy-out).
+std::function<Status()> CopyLater(void* dst, const void* src, uint64_t bytes, gpuStream_t stream) {
+  return [=] {
+    COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToDevice, stream));
+    return Status::Ok();
+  };
+}
+
 // Kernels load whole elements: a buffer not aligned to its element size would fault.
 Status CheckElementAlignment(const void* send, const void* recv, size_t es) {
   if (reinterpret_cast<uintptr_t>(send) % es != 0 || reinterpret_cast<uintptr_t>(recv) % es != 0) {
@@ -265,9 +273,8 @@ struct GpuCommunicator::Impl {
   std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
   std::shared_ptr<SymmetricHeap> heap;
   std::mutex streams_mu;
-  // The last eager op of every stream used: Quiesce waits for their events
-  // (which stay valid even if the caller destroyed the stream).
-  std::map<gpuStream_t, std::shared_ptr<GpuOpState>> last_op;
+  // The last eager op: each eager op waits for the one before it (even on
+  // another stream), so its event covers all of them (Quiesce waits on it).
   std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
   gpuStream_t last_stream = nullptr;
 
@@ -345,20 +352,24 @@ struct GpuCommunicator::Impl {
     return device::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
   }
 
-  // A captured op's plan goes to the daemon now, before anything is enqueued:
-  // its replays post from the device with no RPC.
-  Status RegisterIfCapturing(gpuStream_t stream, CollectiveKind kind, DataType dtype, ReduceOp op, uint64_t count) {
-    gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
-    COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
-    if (capture == gpuStreamCaptureStatusNone || !setup.register_plan) return Status::Ok();
-    return setup.register_plan(kind, dtype, op, count);
-  }
+  struct Plan {  // what a captured op tells the daemon
+    CollectiveKind kind;
+    DataType dtype;
+    ReduceOp op;
+    uint64_t count;
+  };
 
   // Runs post, [copy-in], kernel, [copy-out], complete, event on `stream`.
-  Status Enqueue(gpuStream_t stream, const std::function<Status()>& copy_in, const std::function<Status()>& kernel,
-                 const std::function<Status()>& copy_out, std::shared_ptr<GpuOpState>* out) {
+  Status Enqueue(gpuStream_t stream, const Plan& plan, const std::function<Status()>& copy_in,
+                 const std::function<Status()>& kernel, const std::function<Status()>& copy_out,
+                 std::shared_ptr<GpuOpState>* out) {
     gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
     COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
+    // A captured op's plan goes to the daemon now, before anything is
+    // enqueued: its replays post from the device with no RPC.
+    if (capture != gpuStreamCaptureStatusNone && setup.register_plan) {
+      COLLECTIVED_RETURN_IF_ERROR(setup.register_plan(plan.kind, plan.dtype, plan.op, plan.count));
+    }
     auto op = std::make_shared<GpuOpState>();
     op->device = setup.device;
     op->captured = capture != gpuStreamCaptureStatusNone;
@@ -399,7 +410,6 @@ struct GpuCommunicator::Impl {
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
     if (!op->captured) {
       std::lock_guard<std::mutex> lock(streams_mu);
-      last_op[stream] = op;
       last = op;
       last_stream = stream;
     }
@@ -530,10 +540,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
     for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.slot(k);
     uint8_t* mine = m.slot(m.setup.rank);
-    copy_in = [=] {
-      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(mine, send, bytes, gpuMemcpyDeviceToDevice, stream));
-      return Status::Ok();
-    };
+    copy_in = CopyLater(mine, send, bytes, stream);
     if (algo == device::DeviceAlgorithm::kOneShot) {
       a.own_output_only = true;  // peers' recv buffers are not mapped here
       a.outputs[m.setup.rank] = recv;
@@ -542,18 +549,14 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
       // slot), then this rank's slot to recv. The next op's copy-in into the
       // slot runs after this kernel's end barrier: no peer reads it then.
       for (uint32_t k = 0; k < m.world(); ++k) a.outputs[k] = m.slot(k);
-      copy_out = [=] {
-        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(recv, mine, bytes, gpuMemcpyDeviceToDevice, stream));
-        return Status::Ok();
-      };
+      copy_out = CopyLater(recv, mine, bytes, stream);
     }
   }
   Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_off, recv_off);
   // Checked before anything is enqueued: a refused op must not take an index.
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllReduce(dtype, op, algo, a, m.blocks));
-  COLLECTIVED_RETURN_IF_ERROR(m.RegisterIfCapturing(stream, CollectiveKind::kAllReduce, dtype, op, count));
   auto kernel = [&] { return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream); };
-  return m.Enqueue(stream, copy_in, kernel, copy_out, out);
+  return m.Enqueue(stream, {CollectiveKind::kAllReduce, dtype, op, count}, copy_in, kernel, copy_out, out);
 }
 
 Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, DataType dtype, void* stream_ptr,
@@ -599,18 +602,14 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
     for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.slot(k);
     a.outputs[m.setup.rank] = recv;
     uint8_t* mine = m.slot(m.setup.rank);
-    copy_in = [=] {
-      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(mine, send, bytes, gpuMemcpyDeviceToDevice, stream));
-      return Status::Ok();
-    };
+    copy_in = CopyLater(mine, send, bytes, stream);
   }
   Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy,
            send_off, recv_off);
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllGather(dtype, a, m.blocks, algo));
-  COLLECTIVED_RETURN_IF_ERROR(
-      m.RegisterIfCapturing(stream, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, count));
   auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
-  return m.Enqueue(stream, copy_in, kernel, nullptr, out);
+  return m.Enqueue(stream, {CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, count}, copy_in, kernel,
+                   nullptr, out);
 }
 
 Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* recv, uint64_t count, DataType dtype,
@@ -638,10 +637,7 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
     }
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
     d.send_buffer_id = device::kGpuPlaceSlot;
-    copy_in = [=] {
-      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(mine, send, bytes, gpuMemcpyDeviceToDevice, stream));
-      return Status::Ok();
-    };
+    copy_in = CopyLater(mine, send, bytes, stream);
   }
   if (m.InHeap(recv, out_bytes, &d.recv_offset)) {
     d.recv_buffer_id = device::kGpuPlaceHeap;
@@ -653,31 +649,23 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
     d.recv_buffer_id = device::kGpuPlaceSlot;
     d.recv_offset = 0;
-    copy_out = [=] {
-      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(recv, mine, bytes, gpuMemcpyDeviceToDevice, stream));
-      return Status::Ok();
-    };
+    copy_out = CopyLater(recv, mine, bytes, stream);
   }
-  COLLECTIVED_RETURN_IF_ERROR(m.RegisterIfCapturing(stream, kind, dtype, op, count));
   auto kernel = [&] { return m.PostAndWaitForDaemon(d, stream); };
-  return m.Enqueue(stream, copy_in, kernel, copy_out, out);
+  return m.Enqueue(stream, {kind, dtype, op, count}, copy_in, kernel, copy_out, out);
 }
 
 Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
-  std::map<gpuStream_t, std::shared_ptr<GpuOpState>> last;
+  std::shared_ptr<GpuOpState> last;
   {
     std::lock_guard<std::mutex> lock(impl_->streams_mu);
-    last.swap(impl_->last_op);
+    last.swap(impl_->last);
   }
+  if (!last) return Status::Ok();
   DeviceGuard guard(impl_->setup.device);
-  const auto deadline = std::chrono::steady_clock::now();
-  for (const auto& [stream, op] : last) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline + std::chrono::milliseconds(timeout_ms) - std::chrono::steady_clock::now());
-    Status s = GpuOpWait(*op, std::max<int64_t>(0, left.count()));
-    if (s.code() == StatusCode::kDeadlineExceeded && !GpuOpTest(*op, nullptr)) {
-      return Status::DeadlineExceeded("this rank's GPU ops did not finish before destroy");
-    }
+  Status s = GpuOpWait(*last, timeout_ms);
+  if (s.code() == StatusCode::kDeadlineExceeded && !GpuOpTest(*last, nullptr)) {
+    return Status::DeadlineExceeded("this rank's GPU ops did not finish before destroy");
   }
   return Status::Ok();
 }

@@ -15,22 +15,15 @@
 #include <vector>
 
 #include "collectived/client.h"
+#include "tests/support/args.h"
 
 using namespace collectived;
-
-namespace {
-const char* Arg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  }
-  return fallback;
-}
-}  // namespace
+using collectived::testing::Arg;
 
 int main(int argc, char** argv) {
-  const uint32_t world = std::strtoul(Arg(argc, argv, "--world", "2"), nullptr, 10);
-  const uint32_t rank = std::strtoul(Arg(argc, argv, "--rank", "0"), nullptr, 10);
-  const int expect = std::atoi(Arg(argc, argv, "--expect", "0"));
+  const uint32_t world = std::stoul(Arg(argc, argv, "--world", "2"));
+  const uint32_t rank = std::stoul(Arg(argc, argv, "--rank", "0"));
+  const int expect = std::stoi(Arg(argc, argv, "--expect", "0"));
   std::unique_ptr<Client> client;
   Status s = Client::Connect({.socket_path = Arg(argc, argv, "--socket", ""), .client_name = "gpu test client"},
                              &client);
@@ -47,7 +40,7 @@ int main(int argc, char** argv) {
   }
   std::printf("joined\n");
   std::fflush(stdout);
-  if (std::atoi(Arg(argc, argv, "--hang", "0")) != 0) {
+  if (std::stoi(Arg(argc, argv, "--hang", "0")) != 0) {
     std::this_thread::sleep_for(std::chrono::hours(1));
     return 3;
   }
