@@ -2,8 +2,10 @@
 # One batch on the GPU machine over a bundle made by ../shared/tools/device-bundle
 # (bin/ with collectived, the GPU tests and clients, collective-bench,
 # collective-stress; this script and the others beside it copied in):
-# the GPU integration tests, the example job, the GPU negative controls, then
-# the daemon bench (BENCH_MODE=quick by default). Outputs under $OUT.
+# the kernel tests, the GPU integration tests, the example job, the GPU
+# negative controls, then the daemon bench (BENCH_MODE=quick by default; empty
+# for the full sweep). The bench gets what is left of BATCH_S seconds (570 by
+# default, inside one device call). Outputs under $OUT.
 #   bash gpu-bundle/gpu_device_batch.sh
 cd "$(dirname "$0")"
 bash device-bundle prune . > /dev/null
@@ -11,11 +13,13 @@ export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_DAEMON_BIN=$PWD
 export COLLECTIVED_TEST_CLIENT_BIN=$PWD/bin/collectived_test_client
 export COLLECTIVED_GPU_TEST_CLIENT_BIN=$PWD/bin/collectived_gpu_test_client COLLECTIVED_BUILD_DIR=$PWD
 out=${OUT:-/tmp}
-timeout 200 ./bin/gpu_daemon_test > "$out/gpu_daemon.txt" 2>&1; echo "gpu tests rc=$?"
+timeout 120 ./bin/device_kernels_test > "$out/device_kernels.txt" 2>&1; echo "kernel tests rc=$?"
+grep -E "^\[ +(FAILED|PASSED) |Failure" "$out/device_kernels.txt" | head -20
+timeout 180 ./bin/gpu_daemon_test > "$out/gpu_daemon.txt" 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(FAILED|PASSED) |Failure|Expected|Which|wrong|status:" "$out/gpu_daemon.txt" | head -30
 timeout 60 bash run_example.sh bin/collectived bin/allreduce_allgather bin/collectivectl 1048576 \
   bin/gpu_allreduce_allgather > "$out/example.txt" 2>&1; echo "example rc=$?"
 grep -E "GPU|RESULT" "$out/example.txt" | head -14
-timeout 120 bash negative-controls.sh --gpu --seconds 8 > "$out/gpu_controls.txt" 2>&1; echo "controls rc=$?"
+timeout 100 bash negative-controls.sh --gpu --seconds 8 > "$out/gpu_controls.txt" 2>&1; echo "controls rc=$?"
 head -30 "$out/gpu_controls.txt"
-timeout "${BENCH_S:-180}" bash gpu_daemon_bench.sh bin ${BENCH_MODE-quick} > /dev/null 2>&1; echo "bench rc=$?"
+timeout $((${BATCH_S:-570} - SECONDS)) bash gpu_daemon_bench.sh bin ${BENCH_MODE-quick} > /dev/null 2>&1; echo "bench rc=$?"

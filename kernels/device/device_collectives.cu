@@ -9,7 +9,9 @@ namespace collectived::device {
 namespace {
 
 constexpr uint32_t kThreads = 512;
-constexpr int kUnroll = 4;  // packs per thread per step: more loads in flight
+// Two blocks of every kernel fit an SM (at most 64 registers a thread), so a
+// communicator's one block per SM leaves a slot for another's (or a wait).
+constexpr uint32_t kMinBlocksPerSm = 2;
 
 // ---- system-scope flags, timer ------------------------------------------------
 
@@ -200,28 +202,68 @@ __global__ void DelayKernel(uint64_t ns) {
 // Reduces elements [r.begin, r.end) over every input; writes the result to
 // the outputs [first_out, last_out]. Packs when `vec` (all pointers 16-byte
 // aligned and r.begin a multiple of the pack), scalars otherwise.
+//
+// Bandwidth comes from loads in flight: each thread issues kUnroll packs of
+// the first two inputs before it combines any (one basic block, no guards),
+// so a 2-rank op has 2 x kUnroll loads outstanding per thread, not the one or
+// two of a pack-at-a-time loop. Packs left over (fewer than a full group of
+// the grid) go one at a time.
 template <typename T, ReduceOp kOp>
 __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  // 16-bit types accumulate in float: twice the registers per pack.
+  constexpr int kUnroll = sizeof(A) > sizeof(T) ? 2 : 4;
   constexpr uint64_t kN = Pack<T>::kElems;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   uint64_t scalar_begin = r.begin;
   if (vec && r.end > r.begin) {
     const uint64_t p0 = r.begin / kN, p1 = r.end / kN;
-    for (uint64_t p = p0 + tid; p < p1; p += nthreads * kUnroll) {
-      Pack<T> v[kUnroll];
+    uint64_t p = p0 + tid;
+    for (; p + (kUnroll - 1) * nthreads < p1; p += nthreads * kUnroll) {
+      A acc[kUnroll][kN];
+      {
+        Pack<T> x[kUnroll], y[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint64_t q = p + u * nthreads;
-        if (q < p1) v[u] = ReducePack<T, kOp>(a.inputs, a.world, q);
-      }
+        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T>(a.inputs[0], p + u * nthreads);
+        if (a.world > 1) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const uint64_t q = p + u * nthreads;
-        if (q < p1) {
-          for (uint32_t k = first_out; k <= last_out; ++k) StorePack<T>(a.outputs[k], q, v[u]);
+          for (int u = 0; u < kUnroll; ++u) y[u] = LoadPack<T>(a.inputs[1], p + u * nthreads);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            acc[u][i] = E::Load(x[u].v[i]);
+            if (a.world > 1) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(y[u].v[i]));
+          }
         }
       }
+      for (uint32_t k = 2; k < a.world; ++k) {
+        Pack<T> x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T>(a.inputs[k], p + u * nthreads);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(x[u].v[i]));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        Pack<T> out;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          if constexpr (kOp == ReduceOp::kAvg) acc[u][i] = acc[u][i] / static_cast<A>(a.world);
+          out.v[i] = E::Store(acc[u][i]);
+        }
+        for (uint32_t k = first_out; k <= last_out; ++k) StorePack<T>(a.outputs[k], p + u * nthreads, out);
+      }
+    }
+    for (; p < p1; p += nthreads) {
+      const Pack<T> v = ReducePack<T, kOp>(a.inputs, a.world, p);
+      for (uint32_t k = first_out; k <= last_out; ++k) StorePack<T>(a.outputs[k], p, v);
     }
     scalar_begin = p1 * kN > r.begin ? p1 * kN : r.begin;
   }
@@ -232,7 +274,7 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
 }
 
 template <typename T, ReduceOp kOp>
-__global__ void __launch_bounds__(kThreads) OneShotKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) OneShotKernel(DeviceRankArgs a, bool vec) {
   const uint64_t gen = BeginOp(a);
   if (gen == 0 || !Barrier(a, 0, gen)) return;
   DebugReadDelay(a);
@@ -241,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) OneShotKernel(DeviceRankArgs a, bool
 }
 
 template <typename T, ReduceOp kOp>
-__global__ void __launch_bounds__(kThreads) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
   const uint64_t gen = BeginOp(a);
   if (gen == 0 || !Barrier(a, 0, gen)) return;
   // Chunks are whole packs, so every rank's range starts aligned.
@@ -255,7 +297,7 @@ __global__ void __launch_bounds__(kThreads) TwoShotPushKernel(DeviceRankArgs a, 
 }
 
 template <typename T, ReduceOp kOp>
-__global__ void __launch_bounds__(kThreads) FusedKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedKernel(DeviceRankArgs a, bool vec) {
   ReduceRange<T, kOp>(a, Range{0, a.count}, 0, a.world - 1, vec);
 }
 
@@ -293,82 +335,75 @@ struct CopyType<4> { using T = uint32_t; };
 template <>
 struct CopyType<8> { using T = uint64_t; };
 
-// Copies `count` elements of `in` to `out` with the grid (16-byte packs when `vec`).
+// Copies `packs` 16-byte packs of `in` to byte offset `at` of each of the
+// `nout` outputs. Loads of kCopyUnroll packs are issued before any store, for
+// the same reason as in ReduceRange.
+__device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at) {
+  constexpr int kCopyUnroll = 8;
+  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint64_t p = tid;
+  for (; p + (kCopyUnroll - 1) * nthreads < packs; p += nthreads * kCopyUnroll) {
+    uint4 v[kCopyUnroll];
+#pragma unroll
+    for (int u = 0; u < kCopyUnroll; ++u) v[u] = in[p + u * nthreads];
+    for (uint32_t j = 0; j < nout; ++j) {
+      uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
+#pragma unroll
+      for (int u = 0; u < kCopyUnroll; ++u) out[p + u * nthreads] = v[u];
+    }
+  }
+  for (; p < packs; p += nthreads) {
+    const uint4 v = in[p];
+    for (uint32_t j = 0; j < nout; ++j) reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at)[p] = v;
+  }
+}
+
+// Copies `count` elements of `in` to element `at` of each of the `nout`
+// outputs with the grid (16-byte packs when `vec`).
 template <typename T>
-__device__ void GridCopy(const T* in, T* out, uint64_t count, bool vec) {
+__device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs, uint32_t nout, uint64_t at,
+                                  bool vec) {
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   uint64_t scalar_begin = 0;
   if (vec) {
     constexpr uint64_t kN = 16 / sizeof(T);
-    const uint64_t packs = count / kN;
-    for (uint64_t p = tid; p < packs; p += nthreads) reinterpret_cast<uint4*>(out)[p] = reinterpret_cast<const uint4*>(in)[p];
-    scalar_begin = packs * kN;
+    BroadcastPacks(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T));
+    scalar_begin = count / kN * kN;
   }
-  for (uint64_t j = scalar_begin + tid; j < count; j += nthreads) out[j] = in[j];
+  for (uint64_t i = scalar_begin + tid; i < count; i += nthreads) {
+    const T v = in[i];
+    for (uint32_t j = 0; j < nout; ++j) static_cast<T*>(outs[j])[at + i] = v;
+  }
 }
 
 // Rank r reads every rank's input and writes only its own output: peers'
 // outputs need not be mapped (staged ops through the communicator's slots).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) AllGatherPullKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPullKernel(DeviceRankArgs a, bool vec) {
   const uint64_t gen = BeginOp(a);
   if (gen == 0 || !Barrier(a, 0, gen)) return;
-  T* out = static_cast<T*>(a.outputs[a.rank]);
+  void* const own[1] = {a.outputs[a.rank]};
   DebugReadDelay(a);
   for (uint32_t k = 0; k < a.world; ++k) {
-    GridCopy<T>(static_cast<const T*>(a.inputs[k]), out + k * a.count, a.count, vec);
+    BroadcastElements<T>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count, vec);
   }
   if (EndBarrier(a, gen)) FinishOp(a, gen);
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) FusedAllGatherKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedAllGatherKernel(DeviceRankArgs a, bool vec) {
   for (uint32_t k = 0; k < a.world; ++k) {
-    const T* in = static_cast<const T*>(a.inputs[k]);
-    const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-    uint64_t scalar_begin = 0;
-    if (vec) {
-      constexpr uint64_t kN = 16 / sizeof(T);
-      const uint64_t packs = a.count / kN;
-      for (uint64_t p = tid; p < packs; p += nthreads) {
-        const uint4 v = reinterpret_cast<const uint4*>(in)[p];
-        for (uint32_t j = 0; j < a.world; ++j) {
-          reinterpret_cast<uint4*>(static_cast<T*>(a.outputs[j]) + k * a.count)[p] = v;
-        }
-      }
-      scalar_begin = packs * kN;
-    }
-    for (uint64_t i = scalar_begin + tid; i < a.count; i += nthreads) {
-      const T v = in[i];
-      for (uint32_t j = 0; j < a.world; ++j) static_cast<T*>(a.outputs[j])[k * a.count + i] = v;
-    }
+    BroadcastElements<T>(static_cast<const T*>(a.inputs[k]), a.count, a.outputs, a.world, k * a.count, vec);
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
   const uint64_t gen = BeginOp(a);
   if (gen == 0 || !Barrier(a, 0, gen)) return;
-  const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const T* in = static_cast<const T*>(a.inputs[a.rank]);
-  const uint64_t offset = a.rank * a.count;  // elements into every output
-  uint64_t scalar_begin = 0;
-  if (vec) {
-    constexpr uint64_t kN = 16 / sizeof(T);
-    const uint64_t packs = a.count / kN;
-    for (uint64_t p = tid; p < packs; p += nthreads) {
-      const uint4 v = reinterpret_cast<const uint4*>(in)[p];
-      for (uint32_t k = 0; k < a.world; ++k) reinterpret_cast<uint4*>(static_cast<T*>(a.outputs[k]) + offset)[p] = v;
-    }
-    scalar_begin = packs * kN;
-  }
-  for (uint64_t j = scalar_begin + tid; j < a.count; j += nthreads) {
-    const T v = in[j];
-    for (uint32_t k = 0; k < a.world; ++k) static_cast<T*>(a.outputs[k])[offset + j] = v;
-  }
+  BroadcastElements<T>(static_cast<const T*>(a.inputs[a.rank]), a.count, a.outputs, a.world, a.rank * a.count, vec);
   if (EndBarrier(a, gen)) FinishOp(a, gen);
 }
 
