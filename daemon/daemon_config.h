@@ -24,6 +24,7 @@ struct DaemonConfig {
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;
+  bool unsafe_size_dependent_slots = false;
   int32_t debug_delay_rank = -1;
   uint32_t debug_delay_us = 0;
   uint32_t debug_delay_copyout_us = 0;

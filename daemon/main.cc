@@ -94,10 +94,14 @@ int main(int argc, char** argv) {
                "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
   app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,
                "NEGATIVE CONTROL: completion is published before the output is written (DeepEP bug class)");
+  app.add_flag("--unsafe-size-dependent-slots", cfg.unsafe_size_dependent_slots,
+               "NEGATIVE CONTROL (cuda backend): GPU staging slots packed by the current message size, so a "
+               "rank's next copy-in can land on a peer's unread result (mori bug class)");
   app.add_option("--debug-delay-rank", cfg.debug_delay_rank, "debug: this rank's reads start late (-1: none)");
   app.add_option("--debug-delay-us", cfg.debug_delay_us, "debug: how late, in microseconds");
   app.add_option("--debug-delay-copyout-us", cfg.debug_delay_copyout_us,
-                 "debug: every rank's output writes start this late, in microseconds");
+                 "debug: output writes start this late, in microseconds (GPU staged copy-outs: rank r's "
+                 "(r + 1) times this)");
   bool dump_config = false;
   app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit");
   const std::vector<std::string> env_names = {"socket", "backend", "max-message-bytes", "one-shot-max-bytes",
@@ -134,6 +138,12 @@ int main(int argc, char** argv) {
       if (!cuda) spdlog::info("backend auto: host ({})", why_not);
     }
   }
+  if (cfg.unsafe_size_dependent_slots && cfg.backend != "cuda") {
+    // The host backend's unconditional end barrier makes a slot's position
+    // irrelevant there (docs/protocol.md): the flag would re-create nothing.
+    spdlog::critical("--unsafe-size-dependent-slots re-creates a GPU staging bug; it needs --backend cuda");
+    return 2;
+  }
   if (cfg.ring_depth == 0 || (cfg.ring_depth & (cfg.ring_depth - 1)) != 0) {
     spdlog::critical("--ring-depth must be a power of two, got {}", cfg.ring_depth);
     return 2;
@@ -142,11 +152,12 @@ int main(int argc, char** argv) {
     spdlog::critical("--max-message-bytes must be a multiple of 8, got {}", cfg.max_message_bytes);
     return 2;
   }
-  if (cfg.unsafe_skip_end_barrier || cfg.unsafe_event_before_epilogue) {
-    spdlog::critical("UNSAFE MODE: {}{}: this daemon re-creates seed bug classes for negative controls; results "
+  if (cfg.unsafe_skip_end_barrier || cfg.unsafe_event_before_epilogue || cfg.unsafe_size_dependent_slots) {
+    spdlog::critical("UNSAFE MODE: {}{}{}: this daemon re-creates seed bug classes for negative controls; results "
                      "may be WRONG. Never run it for real work.",
                      cfg.unsafe_skip_end_barrier ? "--unsafe-skip-end-barrier " : "",
-                     cfg.unsafe_event_before_epilogue ? "--unsafe-event-before-epilogue" : "");
+                     cfg.unsafe_event_before_epilogue ? "--unsafe-event-before-epilogue " : "",
+                     cfg.unsafe_size_dependent_slots ? "--unsafe-size-dependent-slots" : "");
   }
 
   std::error_code ec;

@@ -330,7 +330,8 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         params.mode = mode;
         params.comm_id = c->id;
         params.unsafe_flags = (config_.unsafe_skip_end_barrier ? ring::kUnsafeSkipEndBarrier : 0u) |
-                              (config_.unsafe_event_before_epilogue ? ring::kUnsafeEventBeforeEpilogue : 0u);
+                              (config_.unsafe_event_before_epilogue ? ring::kUnsafeEventBeforeEpilogue : 0u) |
+                              (config_.unsafe_size_dependent_slots ? ring::kUnsafeSizeDependentSlots : 0u);
         params.debug_delay_rank = config_.debug_delay_rank;
         params.debug_delay_us = config_.debug_delay_us;
         params.debug_delay_copyout_us = config_.debug_delay_copyout_us;

@@ -75,6 +75,7 @@ struct StatusRecord {
 enum UnsafeFlags : uint32_t {
   kUnsafeSkipEndBarrier = 1u << 0,       // AITER: leave before peers finished reading
   kUnsafeEventBeforeEpilogue = 1u << 1,  // DeepEP: publish completion before the output is written
+  kUnsafeSizeDependentSlots = 1u << 2,   // mori: staging slots placed by the current message size
 };
 
 struct alignas(kCacheLine) RankControl {
@@ -97,7 +98,7 @@ struct alignas(kCacheLine) CommHeader {
   uint32_t unsafe_flags;            // UnsafeFlags; 0 in every normal run
   int32_t debug_delay_rank;         // -1: none; else this rank's reads start late
   uint32_t debug_delay_us;          // how late
-  uint32_t debug_delay_copyout_us;  // every rank's output writes start this late
+  uint32_t debug_delay_copyout_us;  // output writes start this late (GPU copy-outs: rank r (r + 1) times)
   alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts
   std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
   char abort_reason[256];

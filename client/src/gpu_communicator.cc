@@ -280,6 +280,19 @@ struct GpuCommunicator::Impl {
 
   uint32_t world() const { return setup.seg.world_size(); }
   uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
+  // Rank r's staging area for a client-executed message of `bytes`: its own
+  // fixed slot. The negative control --unsafe-size-dependent-slots packs every
+  // rank's area into rank 0's slot at r * bytes (when they fit), as mori's
+  // size-dependent layout did: an area's address then depends on the message
+  // size, and a rank's next copy-in can land on a peer's result that the peer
+  // is still copying out.
+  uint8_t* staging(uint32_t r, uint64_t bytes) const {
+    if ((setup.seg.header().unsafe_flags & ring::kUnsafeSizeDependentSlots) != 0) {
+      const uint64_t stride = (bytes + 15) / 16 * 16;
+      if (stride * world() <= setup.slot_bytes) return slot(0) + r * stride;
+    }
+    return slot(r);
+  }
   uint8_t* heap_base(uint32_t r) const { return slot(r) + setup.slot_bytes; }
   // Offset of [p, p + bytes) in this rank's heap, if it lies there.
   bool InHeap(const void* p, uint64_t bytes, uint64_t* offset) const {
@@ -398,7 +411,10 @@ struct GpuCommunicator::Impl {
     const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
     if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
     if (copy_out && h.debug_delay_copyout_us > 0) {
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(uint64_t{h.debug_delay_copyout_us} * 1000, stream));
+      // Rank r's copy-out starts (r + 1) x the delay late: ranks leave their
+      // epilogues apart, as skewed ranks do, which opens the staging race.
+      const uint64_t ns = uint64_t{h.debug_delay_copyout_us} * 1000 * (setup.rank + 1);
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(ns, stream));
     }
     if (copy_out) COLLECTIVED_RETURN_IF_ERROR(copy_out());
     // A captured op's verdict has no host slot to go to (a graph outlives
@@ -538,8 +554,8 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
     }
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
-    for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.slot(k);
-    uint8_t* mine = m.slot(m.setup.rank);
+    for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.staging(k, bytes);
+    uint8_t* mine = m.staging(m.setup.rank, bytes);
     copy_in = CopyLater(mine, send, bytes, stream);
     if (algo == device::DeviceAlgorithm::kOneShot) {
       a.own_output_only = true;  // peers' recv buffers are not mapped here
@@ -548,7 +564,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
       // Two-shot in place over the slots (only rank r touches chunk r of any
       // slot), then this rank's slot to recv. The next op's copy-in into the
       // slot runs after this kernel's end barrier: no peer reads it then.
-      for (uint32_t k = 0; k < m.world(); ++k) a.outputs[k] = m.slot(k);
+      for (uint32_t k = 0; k < m.world(); ++k) a.outputs[k] = m.staging(k, bytes);
       copy_out = CopyLater(recv, mine, bytes, stream);
     }
   }
@@ -599,9 +615,9 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
     algo = device::GatherAlgorithm::kPull;
     a.own_output_only = true;
-    for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.slot(k);
+    for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.staging(k, bytes);
     a.outputs[m.setup.rank] = recv;
-    uint8_t* mine = m.slot(m.setup.rank);
+    uint8_t* mine = m.staging(m.setup.rank, bytes);
     copy_in = CopyLater(mine, send, bytes, stream);
   }
   Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy,

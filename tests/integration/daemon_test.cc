@@ -616,7 +616,9 @@ TEST(DaemonLifecycleTest, BadFlagsAreRefused) {
   testing::TempDir dir;
   for (std::vector<std::string> flags : {std::vector<std::string>{"--ring-depth", "6"},
                                          std::vector<std::string>{"--backend", "cuda"},
-                                         std::vector<std::string>{"--max-message-bytes", "12"}}) {
+                                         std::vector<std::string>{"--max-message-bytes", "12"},
+                                         // a GPU-only negative control asked of the host backend
+                                         std::vector<std::string>{"--backend", "host", "--unsafe-size-dependent-slots"}}) {
     std::vector<std::string> argv = {COLLECTIVED_DAEMON_BIN, "--socket", dir.path() + "/x.sock"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     testing::Process p(argv, dir.path() + "/bad.log");

@@ -442,6 +442,59 @@ TEST(GpuDaemonTest, NegativeControlSkipEndBarrierIsCaught) {
                                                "catch seed bug 2";
 }
 
+// Op A (512 KiB, staged two-shot: each rank's result sits in its staging
+// area until copied out) then op B (1 MiB). Copy-outs start late, rank r's by
+// (r + 1) x 200 ms, so rank 0 copies in B while rank 1 still holds A's result.
+// Safe: each rank stages in its own fixed slot. Negative control
+// (--unsafe-size-dependent-slots, seed bug 3): areas packed by message size
+// put rank 0's B input (offset 0, 1 MiB) over rank 1's A result (offset 512 KiB).
+uint64_t StagingReuseAcrossSizes(bool unsafe) {
+  std::vector<std::string> extra = {"--debug-delay-copyout-us", "200000"};
+  if (unsafe) extra.push_back("--unsafe-size-dependent-slots");
+  Daemon d(DaemonFlags(extra));
+  EXPECT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count[2] = {128 << 10, 256 << 10};  // float32
+  const uint64_t seed[2] = {41, 43};
+  Ranks ranks;
+  EXPECT_TRUE(ranks.Create(d, "staging", n, 0).ok());
+  Buffers b[2];
+  std::vector<Handle> h[2];
+  for (int op = 0; op < 2; ++op) {
+    EXPECT_TRUE(b[op].Init(ranks, false, count[op] * 4, count[op] * 4).ok());
+    for (uint32_t r = 0; r < n; ++r) {
+      Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, seed[op], count[op], b[op].send[r], b[op].recv[r]);
+    }
+    h[op].resize(n);
+  }
+  for (int op = 0; op < 2; ++op) {
+    for (uint32_t r = 0; r < n; ++r) {
+      EXPECT_TRUE(ranks.comms[r]->AllReduce(b[op].send[r], b[op].recv[r], count[op], DataType::kFloat32,
+                                            ReduceOp::kSum, ranks.streams[r], &h[op][r]).ok());
+    }
+  }
+  uint64_t wrong = 0;
+  for (int op = 0; op < 2; ++op) {
+    for (uint32_t r = 0; r < n; ++r) {
+      EXPECT_TRUE(h[op][r].Wait().ok());
+      auto out = Download(b[op].recv[r], count[op] * 4);
+      wrong += testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, seed[op], out.data(), count[op]);
+    }
+  }
+  return wrong;
+}
+
+TEST(GpuDaemonTest, StagingAreasDoNotMoveWithMessageSize) {
+  REQUIRE_GPU();
+  EXPECT_EQ(StagingReuseAcrossSizes(false), 0u);
+}
+
+TEST(GpuDaemonTest, NegativeControlSizeDependentSlotsIsCaught) {
+  REQUIRE_GPU();
+  EXPECT_GT(StagingReuseAcrossSizes(true), 0u) << "staging placed by message size went unnoticed: the harness "
+                                                  "cannot catch seed bug 3";
+}
+
 TEST(GpuDaemonTest, DelayedRankStillGivesExactResults) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags({"--debug-delay-rank", "1", "--debug-delay-us", "100000"}));

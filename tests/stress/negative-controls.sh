@@ -5,15 +5,18 @@
 # window opened (timestamps); with --gpu (4 ranks on one GPU, the cuda
 # backend) it runs GPU communicators, and the unsafe runs are judged by their
 # wrong elements (GPU windows are not timed; the delays below open them).
-#   negative-controls.sh [--seconds S] [--gpu]   (per configuration, at most 60 on the host)
+#   negative-controls.sh [--seconds S] [--gpu] [--parallel]   (per configuration, at most 60 on the host)
+# --parallel runs the configurations at once (a daemon and 4 clients each):
+# long GPU runs fit one device call, at the cost of time-slicing.
 # Prints a table (flag, ops, wrong elements, windows opened, verdict) and
 # exits 0 only if safe is clean and every unsafe run is caught.
 set -u
-seconds=10 gpu=0
+seconds=10 gpu=0 parallel=0
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --gpu) gpu=1; shift ;;
+    --parallel) parallel=1; shift ;;
     *) echo "unknown option $1"; exit 2 ;;
   esac
 done
@@ -31,22 +34,29 @@ if [ $gpu -eq 1 ]; then
   stress_extra="--gpu 1 --max-count 131072"
 fi
 
-status=0
-printf "%-32s %8s %14s %10s  %s\n" flag ops wrong_elements windows verdict
-for flag in safe --unsafe-skip-end-barrier --unsafe-event-before-epilogue; do
-  sock=$work/c.sock
-  extra=""; [ "$flag" != safe ] && extra=$flag
-  "$bin/collectived" --socket "$sock" --log-level error --op-timeout-ms 5000 $delays $daemon_extra $extra \
-    > "$work/daemon.log" 2>&1 &
-  daemon=$!
-  for _ in $(seq 100); do [ -S "$sock.fds" ] && break; sleep 0.05; done
+# Starts configuration $1 (safe or an unsafe flag) in $work/$2: its own
+# daemon and socket, then the 4 stress clients in the background.
+start_config() {
+  local flag=$1 dir=$work/$2 extra=""
+  mkdir -p "$dir"
+  [ "$flag" != safe ] && extra=$flag
+  "$bin/collectived" --socket "$dir/c.sock" --log-level error --op-timeout-ms 5000 $delays $daemon_extra $extra \
+    > "$dir/daemon.log" 2>&1 &
+  echo $! > "$dir/daemon.pid"
+  for _ in $(seq 100); do [ -S "$dir/c.sock.fds" ] && break; sleep 0.05; done
   timeout $((seconds + 60)) mpirun -np 4 --oversubscribe --bind-to none --mca pml ob1 --mca btl self,vader,tcp \
-    --mca mpi_yield_when_idle 1 "$bin/collective-stress" --socket "$sock" --seconds "$seconds" --mode both \
-    $stress_extra > "$work/out.txt" 2>&1
-  rc=$?
-  kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null
-  passed=$(awk '/ passed, /{print $1}' "$work/out.txt"); failed=$(awk '/ passed, /{print $3}' "$work/out.txt")
-  wrong=$(awk '/^wrong elements:/{print $3}' "$work/out.txt"); windows=$(awk '/^windows opened:/{print $3}' "$work/out.txt")
+    --mca mpi_yield_when_idle 1 "$bin/collective-stress" --socket "$dir/c.sock" --seconds "$seconds" --mode both \
+    $stress_extra > "$dir/out.txt" 2>&1 &
+  echo $! > "$dir/clients.pid"
+}
+
+# Waits for configuration $1 started in $work/$2 and prints its table row.
+finish_config() {
+  local flag=$1 dir=$work/$2 rc
+  wait "$(cat "$dir/clients.pid")"; rc=$?
+  kill -TERM "$(cat "$dir/daemon.pid")" 2>/dev/null; wait "$(cat "$dir/daemon.pid")" 2>/dev/null
+  passed=$(awk '/ passed, /{print $1}' "$dir/out.txt"); failed=$(awk '/ passed, /{print $3}' "$dir/out.txt")
+  wrong=$(awk '/^wrong elements:/{print $3}' "$dir/out.txt"); windows=$(awk '/^windows opened:/{print $3}' "$dir/out.txt")
   if [ -z "$passed" ] || [ $rc -eq 124 ]; then
     verdict="HARNESS FAILURE (no summary, rc $rc)"; status=1
     ops=-
@@ -66,9 +76,26 @@ for flag in safe --unsafe-skip-end-barrier --unsafe-event-before-epilogue; do
     fi
   fi
   printf "%-32s %8s %14s %10s  %s\n" "$flag" "$ops" "${wrong:--}" "${windows:--}" "$verdict"
-  if [[ "$verdict" != clean && "$verdict" != caught* ]]; then sed -n 1,20p "$work/out.txt"; fi
+  if [[ "$verdict" != clean && "$verdict" != caught* ]]; then sed -n 1,20p "$dir/out.txt"; fi
+  grep -h "^gpu " "$dir/out.txt" | sed "s/^/  /"
+}
+
+status=0
+flags="safe --unsafe-skip-end-barrier --unsafe-event-before-epilogue"
+[ $gpu -eq 1 ] && flags="$flags --unsafe-size-dependent-slots"
+printf "%-32s %8s %14s %10s  %s\n" flag ops wrong_elements windows verdict
+i=0
+for flag in $flags; do
+  i=$((i + 1))
+  start_config "$flag" "c$i"
+  [ $parallel -eq 0 ] && finish_config "$flag" "c$i"
 done
-[ $gpu -eq 1 ] && grep -h "^gpu " "$work/out.txt"
-echo "(--unsafe-size-dependent-slots is not offered on the host backend: its unconditional end barrier"
-echo " makes a slot's position irrelevant to correctness there; see docs/protocol.md)"
+if [ $parallel -eq 1 ]; then
+  i=0
+  for flag in $flags; do i=$((i + 1)); finish_config "$flag" "c$i"; done
+fi
+if [ $gpu -eq 0 ]; then
+  echo "(--unsafe-size-dependent-slots is not offered on the host backend: its unconditional end barrier"
+  echo " makes a slot's position irrelevant to correctness there; see docs/protocol.md)"
+fi
 exit $status

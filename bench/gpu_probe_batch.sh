@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device call of checks and probes over a bundle (see gpu_device_batch.sh):
+# the GPU tests touched by the staging and copy-out-delay changes, a short
+# parallel run of the GPU negative controls, the MPS hardware-queue probe and
+# the all-gather path probe. Outputs under $OUT.
+cd "$(dirname "$0")"
+bash device-bundle prune . > /dev/null
+export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_DAEMON_BIN=$PWD/bin/collectived
+export COLLECTIVED_TEST_CLIENT_BIN=$PWD/bin/collectived_test_client
+export COLLECTIVED_GPU_TEST_CLIENT_BIN=$PWD/bin/collectived_gpu_test_client COLLECTIVED_BUILD_DIR=$PWD
+out=${OUT:-/tmp}
+timeout 120 ./bin/gpu_daemon_test --gtest_filter='*Staging*:*SizeDependent*:*CrossStream*:*EventBefore*' \
+  > "$out/gpu_tests.txt" 2>&1; echo "gpu tests rc=$?"
+grep -E "^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which" "$out/gpu_tests.txt" | head -20
+timeout 150 bash negative-controls.sh --gpu --parallel --seconds ${CONTROL_S:-30} > "$out/controls.txt" 2>&1
+echo "controls rc=$?"; cat "$out/controls.txt" | head -30
+timeout 200 bash mps_connections_probe.sh bin 2>&1 | tee "$out/mps_probe.txt"
+timeout 240 bash gather_paths_probe.sh bin 2>&1 | tee "$out/gather_probe.txt"
