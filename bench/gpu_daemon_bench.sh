@@ -65,13 +65,17 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     start_daemon
+    # An MPS client gets 2 hardware queues by default: a process holding more
+    # ranks must ask for more (the client library refuses it otherwise).
+    export CUDA_DEVICE_MAX_CONNECTIONS=8
     for g in 2 8; do
-      echo "## under MPS, $g ranks as sessions of one process: client-executed, then daemon-executed"
+      echo "## under MPS, $g ranks as sessions of one process (CUDA_DEVICE_MAX_CONNECTIONS=8): client-executed, then daemon-executed"
       bench -D "$sock" -k mps-c-$g -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20
       bench -D "$sock" -k mps-d-$g -m daemon -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20
       bench -D "$sock" -k mps-dg-$g -m daemon -g "$g" -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G 10
       [ -z "$quick" ] && bench -D "$sock" -k mps-dt-$g -m daemon -g "$g" -b 16M -e 1G -f 4 -c 0 -n 20 -w 5
     done
+    unset CUDA_DEVICE_MAX_CONNECTIONS
     for np in 2 8; do
       echo "## under MPS, one rank per process (mpirun), $np ranks: client-executed eager, graph, daemon-executed"
       timeout 180 mpirun $mpirun_flags -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY -np $np \

@@ -252,9 +252,11 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   req.set_mode(static_cast<v1::ExecutionMode>(options.mode));
   req.set_op_timeout_ms(options.op_timeout_ms);
   req.set_join_timeout_ms(options.join_timeout_ms > 0 ? options.join_timeout_ms : 0);
+  std::shared_ptr<void> queue_lease;  // refused before the daemon hears of the rank
   if (options.device >= 0) {
     std::string uuid;
     COLLECTIVED_RETURN_IF_ERROR(GpuDeviceUuid(options.device, &uuid));
+    COLLECTIVED_RETURN_IF_ERROR(LeaseGpuRankQueue(options.device, &queue_lease));
     req.set_device_uuid(uuid);
     req.set_gpu_heap_bytes(options.gpu_heap_bytes);
   } else if (options.gpu_heap_bytes != 0) {
@@ -285,6 +287,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     setup.heap_bytes = resp.gpu_heap_bytes();
     setup.daemon_executed = resp.mode() == v1::EXECUTION_MODE_DAEMON;
     setup.blocks = resp.gpu_blocks();
+    setup.queue_lease = std::move(queue_lease);
     setup.register_plan = [this, comm_id = resp.comm_id(), rank = options.rank](CollectiveKind kind, DataType dtype,
                                                                                ReduceOp op, uint64_t count) {
       v1::OpRequest req;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <cstddef>
 #include <map>
@@ -253,6 +254,42 @@ Status GpuOpWaitOn(const GpuOpState& op, void* stream) {
 
 Status GpuDeviceUuid(int ordinal, std::string* uuid) { return ipc::GpuUuid(ordinal, uuid); }
 
+uint32_t GpuHardwareQueues(const char* env, bool mps) {
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end == '\0' && v >= 1) return static_cast<uint32_t>(std::min(v, 32L));
+  }
+  return mps ? 2 : 8;
+}
+
+Status LeaseGpuRankQueue(int device, std::shared_ptr<void>* lease) {
+  static std::mutex mu;
+  static std::map<int, uint32_t> ranks_on;  // this process's live GPU ranks per device
+  int mps = 0;
+  COLLECTIVED_GPU_CHECK(gpuDeviceUsesMps(device, &mps));
+  const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const uint32_t queues = GpuHardwareQueues(env, mps != 0);
+  std::lock_guard<std::mutex> lock(mu);
+  const uint32_t want = ranks_on[device] + 1;
+  if (want > queues) {
+    return Status::FailedPrecondition(
+        "this process would hold " + std::to_string(want) + " GPU ranks on device " + std::to_string(device) +
+        ", but its CUDA context has " + std::to_string(queues) + " hardware queues (" +
+        (env != nullptr && *env != '\0' ? std::string("CUDA_DEVICE_MAX_CONNECTIONS=") + env
+                                        : std::string(mps ? "an MPS client's default" : "CUDA's default")) +
+        "): ranks whose kernels share a queue run one after another and never meet. Set "
+        "CUDA_DEVICE_MAX_CONNECTIONS to at least " + std::to_string(want) +
+        " (at most 32) before the process first uses CUDA, or run one rank per process");
+  }
+  ranks_on[device] = want;
+  *lease = std::shared_ptr<void>(nullptr, [device](void*) {
+    std::lock_guard<std::mutex> lock(mu);
+    --ranks_on[device];
+  });
+  return Status::Ok();
+}
+
 struct GpuCommunicator::Impl {
   ~Impl() {
     if (registered != nullptr) {
@@ -282,14 +319,15 @@ struct GpuCommunicator::Impl {
   uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
   // Rank r's staging area for a client-executed message of `bytes`: its own
   // fixed slot. The negative control --unsafe-size-dependent-slots packs every
-  // rank's area into rank 0's slot at r * bytes (when they fit), as mori's
-  // size-dependent layout did: an area's address then depends on the message
-  // size, and a rank's next copy-in can land on a peer's result that the peer
-  // is still copying out.
+  // rank's area into rank 0's slot by the message size, against its end (rank
+  // r at end - (world - r) * bytes, when they fit), as mori's size-dependent
+  // layout did: an area's address then depends on the message size, and a
+  // rank's next copy-in can land on a peer's result that the peer is still
+  // copying out (a small op of a low rank lands inside a high rank's area).
   uint8_t* staging(uint32_t r, uint64_t bytes) const {
     if ((setup.seg.header().unsafe_flags & ring::kUnsafeSizeDependentSlots) != 0) {
       const uint64_t stride = (bytes + 15) / 16 * 16;
-      if (stride * world() <= setup.slot_bytes) return slot(0) + r * stride;
+      if (stride * world() <= setup.slot_bytes) return slot(0) + setup.slot_bytes - (world() - r) * stride;
     }
     return slot(r);
   }

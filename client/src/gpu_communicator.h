@@ -72,6 +72,7 @@ struct GpuCommSetup {
   uint32_t blocks = 0;  // per rank's kernel, the same on every rank (the daemon's choice)
   // Tells the daemon about an op captured into a graph (at capture time).
   std::function<Status(CollectiveKind, DataType, ReduceOp, uint64_t count)> register_plan;
+  std::shared_ptr<void> queue_lease;  // from LeaseGpuRankQueue, held while the communicator lives
 };
 
 // A buffer of the symmetric heap: its pointer, and what keeps it mapped and
@@ -108,6 +109,20 @@ class GpuCommunicator {
 
 // "GPU-..." UUID of device `ordinal` (the name the daemon knows it by).
 Status GpuDeviceUuid(int ordinal, std::string* uuid);
+
+// Every GPU rank of a process runs kernels that spin on its peers, and the
+// process's streams share its CUDA context's hardware queues
+// (CUDA_DEVICE_MAX_CONNECTIONS: 8 by default, and 2 for an MPS client, as
+// measured on the H200). Two ranks whose kernels land in one queue run one
+// after the other, so the first waits for the second until its deadline.
+// Reserves a queue for one more rank of this process on `device`, or refuses
+// (FAILED_PRECONDITION, saying what to set) the rank that would not get one.
+// The reservation ends when *lease is released.
+Status LeaseGpuRankQueue(int device, std::shared_ptr<void>* lease);
+
+// The hardware queues a context gets: CUDA_DEVICE_MAX_CONNECTIONS when set
+// (`env`, 1..32), else CUDA's default (2 under MPS, 8 otherwise).
+uint32_t GpuHardwareQueues(const char* env, bool mps);
 
 }  // namespace collectived
 

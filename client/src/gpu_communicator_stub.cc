@@ -16,6 +16,7 @@ bool GpuOpTest(const GpuOpState&, Status* status) {
 }
 Status GpuOpWaitOn(const GpuOpState&, void*) { return NoCuda(); }
 Status GpuDeviceUuid(int, std::string*) { return NoCuda(); }
+Status LeaseGpuRankQueue(int, std::shared_ptr<void>*) { return NoCuda(); }
 
 struct GpuCommunicator::Impl {};
 GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -25,6 +25,11 @@ using gpu_half = __half;
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetLastError hipGetLastError
 #define gpuGetDeviceCount hipGetDeviceCount
+// ROCm has no MPS: contexts of different processes share a GPU natively.
+inline hipError_t gpuDeviceUsesMps(int, int* mps) {
+  *mps = 0;
+  return hipSuccess;
+}
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
 #define gpuMemcpy hipMemcpy
@@ -159,6 +164,9 @@ using gpuPointerAttributes = cudaPointerAttributes;
 #define gpuHostRegisterPortable cudaHostRegisterPortable
 #define gpuHostAllocMapped cudaHostAllocMapped
 #define gpuHostAllocPortable cudaHostAllocPortable
+inline cudaError_t gpuDeviceUsesMps(int device, int* mps) {
+  return cudaDeviceGetAttribute(mps, cudaDevAttrMpsEnabled, device);
+}
 #endif
 
 #endif  // COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_

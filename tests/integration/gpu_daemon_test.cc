@@ -443,18 +443,19 @@ TEST(GpuDaemonTest, NegativeControlSkipEndBarrierIsCaught) {
 }
 
 // Op A (512 KiB, staged two-shot: each rank's result sits in its staging
-// area until copied out) then op B (1 MiB). Copy-outs start late, rank r's by
-// (r + 1) x 200 ms, so rank 0 copies in B while rank 1 still holds A's result.
-// Safe: each rank stages in its own fixed slot. Negative control
+// area until copied out) then op B (128 KiB). Copy-outs start late, rank r's
+// by (r + 1) x 200 ms, so rank 0 copies in B while rank 1 still holds A's
+// result. Safe: each rank stages in its own fixed slot. Negative control
 // (--unsafe-size-dependent-slots, seed bug 3): areas packed by message size
-// put rank 0's B input (offset 0, 1 MiB) over rank 1's A result (offset 512 KiB).
+// against the slot's end put rank 0's B input (end - 256 KiB) inside rank 1's
+// A result (the last 512 KiB).
 uint64_t StagingReuseAcrossSizes(bool unsafe) {
   std::vector<std::string> extra = {"--debug-delay-copyout-us", "200000"};
   if (unsafe) extra.push_back("--unsafe-size-dependent-slots");
   Daemon d(DaemonFlags(extra));
   EXPECT_TRUE(d.ready()) << d.Log();
   const uint32_t n = 2;
-  const uint64_t count[2] = {128 << 10, 256 << 10};  // float32
+  const uint64_t count[2] = {128 << 10, 32 << 10};  // float32
   const uint64_t seed[2] = {41, 43};
   Ranks ranks;
   EXPECT_TRUE(ranks.Create(d, "staging", n, 0).ok());
@@ -493,6 +494,51 @@ TEST(GpuDaemonTest, NegativeControlSizeDependentSlotsIsCaught) {
   REQUIRE_GPU();
   EXPECT_GT(StagingReuseAcrossSizes(true), 0u) << "staging placed by message size went unnoticed: the harness "
                                                   "cannot catch seed bug 3";
+}
+
+// A process gets as many hardware queues as CUDA_DEVICE_MAX_CONNECTIONS says
+// (8 by default, 2 for an MPS client); ranks of one process beyond that share
+// a queue, and their kernels wait for each other until the deadline (measured
+// under MPS: 2 ranks in a process ran, 3 hit DEADLINE_EXCEEDED). The client
+// refuses such a rank up front, before the daemon hears of it, and says what
+// to set; the reservation ends with the communicator.
+TEST(GpuDaemonTest, RanksBeyondTheProcessHardwareQueuesAreRefused) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  std::vector<Status> st(2);
+  {
+    std::vector<std::unique_ptr<Client>> clients(2);
+    std::vector<std::unique_ptr<Communicator>> comms(2);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        clients[r] = d.Connect("q" + std::to_string(r));
+        CommunicatorOptions o;
+        o.key = "queues";
+        o.world_size = 2;
+        o.rank = r;
+        o.device = 0;
+        o.join_timeout_ms = 2000;
+        st[r] = clients[r] ? clients[r]->CreateCommunicator(o, &comms[r]) : Status::Unavailable("connect");
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  int refused = 0;
+  for (const Status& s : st) {
+    if (s.code() != StatusCode::kFailedPrecondition) continue;
+    ++refused;
+    EXPECT_NE(s.message().find("CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("2 GPU ranks on device 0"), std::string::npos) << s.ToString();
+  }
+  EXPECT_EQ(refused, 1) << st[0].ToString() << " / " << st[1].ToString();
+  EXPECT_FALSE(st[0].ok() && st[1].ok());
+  // Both leases are back: with the default 8 queues the same two ranks form.
+  Ranks ranks;
+  EXPECT_TRUE(ranks.Create(d, "queues-after", 2, 0).ok());
 }
 
 TEST(GpuDaemonTest, DelayedRankStillGivesExactResults) {
