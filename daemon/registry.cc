@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <random>
 #include <set>
 
@@ -745,7 +746,15 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
     // The kernels keep these counts in device memory (each replay of a
     // captured op takes its index there); one small copy reads them.
     GpuCommMemory::Counts counts;
-    if (c.gpu_memory && c.gpu_memory->ReadCounts(c.world_size, &counts).ok()) {
+    Status read = c.gpu_memory ? c.gpu_memory->ReadCounts(c.world_size, &counts) : Status::NotFound("no memory");
+    if (!read.ok() && c.gpu_memory) {
+      // A failed copy here means this daemon's CUDA context is broken: say so once.
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        spdlog::error("GPU communicator {} '{}': counts not readable: {}", c.id, c.key, read.ToString());
+      }
+    }
+    if (read.ok()) {
       uint64_t posted_max = 0;
       for (uint32_t r = 0; r < c.world_size; ++r) {
         cs->mutable_ranks(r)->set_posted(counts.posted[r]);

@@ -77,6 +77,8 @@ finish_config() {
   fi
   printf "%-32s %8s %14s %10s  %s\n" "$flag" "$ops" "${wrong:--}" "${windows:--}" "$verdict"
   if [[ "$verdict" != clean && "$verdict" != caught* ]]; then sed -n 1,20p "$dir/out.txt"; fi
+  # The daemon logs errors only: anything there is worth reading.
+  if [ -s "$dir/daemon.log" ]; then grep -v "UNSAFE" "$dir/daemon.log" | head -12 | sed "s/^/  daemon: /"; fi
   grep -h "^gpu " "$dir/out.txt" | sed "s/^/  /"
 }
 
