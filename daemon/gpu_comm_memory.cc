@@ -68,7 +68,13 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
   return Status::Ok();
 }
 
-GpuCommMemory::~GpuCommMemory() = default;
+GpuCommMemory::~GpuCommMemory() {
+  // Nothing this daemon enqueued on the windows may still be in flight when
+  // they are unmapped (see SetAbort); errors here change nothing.
+  if (windows_ && !windows_->windows.empty() && gpuSetDevice(window_ordinal(0)) == gpuSuccess) {
+    gpuStreamSynchronize(nullptr);
+  }
+}
 
 Status GpuCommMemory::ExportFd(uint32_t w, int* fd) const {
   if (w >= windows_->windows.size()) return Status::NotFound("no such GPU window");
@@ -83,6 +89,12 @@ Status GpuCommMemory::SetAbort() const {
   const uint64_t one = 1;
   COLLECTIVED_GPU_CHECK(
       gpuMemcpy(device::GpuControlLayout::Abort(window_ptr(0)), &one, sizeof(one), gpuMemcpyHostToDevice));
+  // A copy from pageable memory returns once the bytes are staged, before
+  // they land. The window may be unmapped right after this returns (the last
+  // member left): a write still in flight then faults on the unmapped page
+  // (Xid 31, seen on the H200 under heavy time-slicing) and the daemon's
+  // whole CUDA context is lost. Wait for it.
+  COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(nullptr));
   return Status::Ok();
 }
 
