@@ -35,5 +35,5 @@ grep -E "^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which" "$out/gpu_tests.txt" |
   rm -rf "$work"
 } 2>&1 | tee "$out/mps_sessions.txt"
 left=$(( ${BATCH_S:-575} - SECONDS ))
-echo "## GPU negative controls, 4 configurations at once, $((left - 30)) s each"
-timeout $left bash negative-controls.sh --gpu --parallel --seconds $((left - 30)) 2>&1 | tee "$out/controls_long.txt"
+echo "## GPU negative controls, 4 configurations at once, $((left - 60)) s each"
+timeout $left bash negative-controls.sh --gpu --parallel --seconds $((left - 60)) 2>&1 | tee "$out/controls_long.txt"

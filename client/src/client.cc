@@ -256,7 +256,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   if (options.device >= 0) {
     std::string uuid;
     COLLECTIVED_RETURN_IF_ERROR(GpuDeviceUuid(options.device, &uuid));
-    COLLECTIVED_RETURN_IF_ERROR(LeaseGpuRankQueue(options.device, &queue_lease));
+    COLLECTIVED_RETURN_IF_ERROR(LeaseGpuRankQueue(options.device, options.key, &queue_lease));
     req.set_device_uuid(uuid);
     req.set_gpu_heap_bytes(options.gpu_heap_bytes);
   } else if (options.gpu_heap_bytes != 0) {

@@ -263,29 +263,31 @@ uint32_t GpuHardwareQueues(const char* env, bool mps) {
   return mps ? 2 : 8;
 }
 
-Status LeaseGpuRankQueue(int device, std::shared_ptr<void>* lease) {
-  static std::mutex mu;
-  static std::map<int, uint32_t> ranks_on;  // this process's live GPU ranks per device
+Status LeaseGpuRankQueue(int device, const std::string& key, std::shared_ptr<void>* lease) {
+  // Never destroyed: a communicator freed during static destruction still finds them.
+  static auto* mu = new std::mutex;
+  static auto* ranks_of = new std::map<std::pair<int, std::string>, uint32_t>;  // live ranks per (device, key)
   int mps = 0;
   COLLECTIVED_GPU_CHECK(gpuDeviceUsesMps(device, &mps));
   const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   const uint32_t queues = GpuHardwareQueues(env, mps != 0);
-  std::lock_guard<std::mutex> lock(mu);
-  const uint32_t want = ranks_on[device] + 1;
+  std::lock_guard<std::mutex> lock(*mu);
+  const auto slot = std::make_pair(device, key);
+  const uint32_t want = (*ranks_of)[slot] + 1;
   if (want > queues) {
     return Status::FailedPrecondition(
-        "this process would hold " + std::to_string(want) + " GPU ranks on device " + std::to_string(device) +
-        ", but its CUDA context has " + std::to_string(queues) + " hardware queues (" +
+        "this process would hold " + std::to_string(want) + " ranks of communicator '" + key + "' on device " +
+        std::to_string(device) + ", but its CUDA context has " + std::to_string(queues) + " hardware queues (" +
         (env != nullptr && *env != '\0' ? std::string("CUDA_DEVICE_MAX_CONNECTIONS=") + env
                                         : std::string(mps ? "an MPS client's default" : "CUDA's default")) +
         "): ranks whose kernels share a queue run one after another and never meet. Set "
         "CUDA_DEVICE_MAX_CONNECTIONS to at least " + std::to_string(want) +
         " (at most 32) before the process first uses CUDA, or run one rank per process");
   }
-  ranks_on[device] = want;
-  *lease = std::shared_ptr<void>(nullptr, [device](void*) {
-    std::lock_guard<std::mutex> lock(mu);
-    --ranks_on[device];
+  (*ranks_of)[slot] = want;
+  *lease = std::shared_ptr<void>(nullptr, [slot](void*) {
+    std::lock_guard<std::mutex> lock(*mu);
+    if (--(*ranks_of)[slot] == 0) ranks_of->erase(slot);
   });
   return Status::Ok();
 }
@@ -475,6 +477,8 @@ struct GpuCommunicator::Impl {
 GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 GpuCommunicator::~GpuCommunicator() = default;  // Impl unregisters the segment
+
+void GpuCommunicator::ReleaseQueueLease() { impl_->setup.queue_lease.reset(); }
 
 Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out) {
   auto impl = std::make_unique<Impl>();

@@ -16,7 +16,7 @@ bool GpuOpTest(const GpuOpState&, Status* status) {
 }
 Status GpuOpWaitOn(const GpuOpState&, void*) { return NoCuda(); }
 Status GpuDeviceUuid(int, std::string*) { return NoCuda(); }
-Status LeaseGpuRankQueue(int, std::shared_ptr<void>*) { return NoCuda(); }
+Status LeaseGpuRankQueue(int, const std::string&, std::shared_ptr<void>*) { return NoCuda(); }
 
 struct GpuCommunicator::Impl {};
 GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -31,6 +31,7 @@ Status GpuCommunicator::AllGather(const void*, void*, uint64_t, DataType, void*,
   return NoCuda();
 }
 Status GpuCommunicator::Quiesce(int64_t) { return Status::Ok(); }
+void GpuCommunicator::ReleaseQueueLease() {}
 Status GpuCommunicator::DaemonOp(CollectiveKind, const void*, void*, uint64_t, DataType, ReduceOp, void*,
                                  std::shared_ptr<GpuOpState>*) {
   return NoCuda();
