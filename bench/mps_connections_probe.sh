@@ -3,7 +3,9 @@
 # communicator hang under MPS because its streams share too few hardware
 # queues? Runs collective-bench with g ranks as sessions of one process,
 # under MPS and without, for several CUDA_DEVICE_MAX_CONNECTIONS values; an op
-# that waits past the 5 s op timeout prints DEADLINE_EXCEEDED.
+# that waits past the 5 s op timeout prints DEADLINE_EXCEEDED. (Since
+# 2dc4476 the client refuses such a rank up front, so a rerun shows the
+# FAILED_PRECONDITION instead; bench/RESULTS.md has the run before it.)
 #   bench/mps_connections_probe.sh BIN   (BIN holds collectived and collective-bench)
 set -u
 bin=$(cd "$1" && pwd)

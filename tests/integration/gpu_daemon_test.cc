@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "client/src/gpu_communicator.h"  // GpuHardwareQueues: a policy checked without a GPU
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "kernels/device/gpu_check.h"
 #include "tests/integration/daemon_harness.h"
@@ -494,6 +495,18 @@ TEST(GpuDaemonTest, NegativeControlSizeDependentSlotsIsCaught) {
   REQUIRE_GPU();
   EXPECT_GT(StagingReuseAcrossSizes(true), 0u) << "staging placed by message size went unnoticed: the harness "
                                                   "cannot catch seed bug 3";
+}
+
+// No GPU needed: the queue count the client assumes for a context.
+TEST(GpuDaemonTest, HardwareQueuesFollowTheVariableElseCudasDefault) {
+  EXPECT_EQ(GpuHardwareQueues(nullptr, false), 8u);
+  EXPECT_EQ(GpuHardwareQueues(nullptr, true), 2u);  // an MPS client
+  EXPECT_EQ(GpuHardwareQueues("", true), 2u);
+  EXPECT_EQ(GpuHardwareQueues("16", true), 16u);
+  EXPECT_EQ(GpuHardwareQueues("1", false), 1u);
+  EXPECT_EQ(GpuHardwareQueues("64", false), 32u);  // CUDA's ceiling
+  EXPECT_EQ(GpuHardwareQueues("0", false), 8u);    // not a count: the default
+  EXPECT_EQ(GpuHardwareQueues("4x", true), 2u);
 }
 
 // A process gets as many hardware queues as CUDA_DEVICE_MAX_CONNECTIONS says
