@@ -288,6 +288,44 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         return Status::InvalidArgument("unknown execution mode " + std::to_string(static_cast<uint32_t>(req.mode)));
       }
       const ExecutionMode mode = req.mode == ExecutionMode::kDefault ? ExecutionMode::kClient : req.mode;
+      const int64_t now_ns = ring::NowNs();
+      if (!req.cannot_join.empty()) {
+        // Fail the members already waiting, and refuse later ones for a join timeout.
+        const std::string why = "rank " + std::to_string(req.rank) + " of '" + req.key +
+                                "' cannot join: " + req.cannot_join.substr(0, 1000);
+        Refusal& refusal = refused_keys_[req.key];
+        if (refusal.until_ns <= now_ns) refusal = Refusal{};
+        if (refusal.why.empty()) refusal.why = why;  // the first reason stands
+        refusal.until_ns = now_ns + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
+        refusal.world_size = req.world_size;
+        refusal.told.insert(req.rank);
+        auto kit = comm_by_key_.find(req.key);
+        if (kit != comm_by_key_.end() && !comms_.at(kit->second)->formed) {
+          const uint64_t id = kit->second;
+          const uint32_t world = comms_.at(id)->world_size;
+          for (uint32_t r = 0; r < world; ++r) {
+            auto cit = comms_.find(id);
+            if (cit == comms_.end()) break;
+            if (cit->second->members[r] == 0) continue;
+            refusal.told.insert(r);
+            WithdrawJoinLocked(*cit->second, r, Status::FailedPrecondition(refusal.why), &after);
+          }
+        }
+        spdlog::warn("{}", why);
+        const std::string answer = refusal.why;
+        if (refusal.told.size() >= refusal.world_size) refused_keys_.erase(req.key);
+        return Status::FailedPrecondition(answer);
+      }
+      if (auto rit = refused_keys_.find(req.key); rit != refused_keys_.end()) {
+        Refusal& refusal = rit->second;
+        if (refusal.until_ns > now_ns && refusal.world_size == req.world_size) {
+          refusal.told.insert(req.rank);
+          const std::string answer = refusal.why;
+          if (refusal.told.size() >= refusal.world_size) refused_keys_.erase(rit);
+          return Status::FailedPrecondition(answer);
+        }
+        refused_keys_.erase(rit);
+      }
       const bool gpu = !req.device_uuid.empty();
       if (gpu) {
         if (config_.backend != "cuda") {
@@ -442,11 +480,8 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
       return Status::Ok();
     }();
   }
-  if (!error.ok()) {
-    done(error, JoinResult{});
-    return;
-  }
-  for (auto& f : after) f();
+  for (auto& f : after) f();  // a refusal (cannot_join) withdraws the waiting members too
+  if (!error.ok()) done(error, JoinResult{});
 }
 
 Status Registry::FormGpuLocked(Comm& comm) {

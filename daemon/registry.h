@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct JoinRequest {
   uint32_t join_timeout_ms = 0;  // this member's; 0 or above the daemon's: the daemon's
   std::string device_uuid;       // GPU communicators: this rank's device; empty: host
   uint64_t gpu_heap_bytes = 0;   // GPU communicators: each rank's symmetric heap
+  std::string cannot_join;       // non-empty: this member cannot take part, and why
 };
 
 struct GpuWindowInfo {
@@ -143,6 +145,16 @@ class Registry {
   std::map<uint64_t, std::unique_ptr<Session>> sessions_;
   std::map<uint64_t, std::unique_ptr<Comm>> comms_;
   std::map<std::string, uint64_t> comm_by_key_;
+  // Keys a member said it cannot join: why, until when (ns) later members
+  // are refused with that reason, and which ranks were told (once all were,
+  // the key is free again).
+  struct Refusal {
+    std::string why;
+    int64_t until_ns = 0;
+    uint32_t world_size = 0;
+    std::set<uint32_t> told;
+  };
+  std::map<std::string, Refusal> refused_keys_;
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> gpu_windows_;  // window id -> (comm id, window index)
   std::deque<v1::CommunicatorStats> recently_closed_;
 };

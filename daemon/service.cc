@@ -127,6 +127,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
   j.join_timeout_ms = req->join_timeout_ms();
   j.device_uuid = req->device_uuid();
   j.gpu_heap_bytes = req->gpu_heap_bytes();
+  j.cannot_join = req->cannot_join();
   // Finished when the last member joins, or on error/expiry (Registry::Join
   // calls back exactly once).
   registry_->Join(j, [reactor, resp](const Status& s, const JoinResult& r) {

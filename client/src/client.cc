@@ -255,8 +255,17 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   std::shared_ptr<void> queue_lease;  // refused before the daemon hears of the rank
   if (options.device >= 0) {
     std::string uuid;
-    COLLECTIVED_RETURN_IF_ERROR(GpuDeviceUuid(options.device, &uuid));
-    COLLECTIVED_RETURN_IF_ERROR(LeaseGpuRankQueue(options.device, options.key, &queue_lease));
+    Status local = GpuDeviceUuid(options.device, &uuid);
+    if (local.ok()) local = LeaseGpuRankQueue(options.device, options.key, &queue_lease);
+    if (!local.ok()) {
+      // The peers would wait for their join timeout: tell the daemon, which
+      // fails them with this reason now.
+      req.set_cannot_join(local.ToString());
+      v1::CreateCommunicatorResponse ignored;
+      auto ctx = NewContext(options_.rpc_timeout_ms);
+      stub_->CreateCommunicator(ctx.get(), req, &ignored);
+      return local;
+    }
     req.set_device_uuid(uuid);
     req.set_gpu_heap_bytes(options.gpu_heap_bytes);
   } else if (options.gpu_heap_bytes != 0) {

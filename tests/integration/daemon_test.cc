@@ -612,6 +612,52 @@ TEST(DaemonLifecycleTest, CollectivectlHealthStatsAndDrain) {
   EXPECT_NE(none.Output().find("health check failed"), std::string::npos) << none.Output();
 }
 
+// A member whose own process refuses it (say, a GPU rank that would share a
+// hardware queue) tells the daemon instead of joining: the members already
+// waiting fail at once with its reason, so do members arriving later, and
+// once every rank was told the key is free again.
+TEST(DaemonLifecycleTest, AMemberThatCannotJoinFailsItsPeersAtOnce) {
+  Daemon d({"--join-timeout-ms", "20000"});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  auto waiting = d.Connect("waiting");
+  auto refusing = d.Connect("refusing");
+  ASSERT_TRUE(waiting && refusing);
+  auto refuse = [&](const std::string& key) {
+    v1::CreateCommunicatorRequest req;
+    req.set_session_id(refusing->session_id());
+    req.set_key(key);
+    req.set_world_size(2);
+    req.set_rank(1);
+    req.set_cannot_join("no hardware queue left");
+    v1::CreateCommunicatorResponse resp;
+    auto ctx = Ctx();
+    return RawStub(d)->CreateCommunicator(ctx.get(), req, &resp);
+  };
+  const std::string reason = "rank 1 of 'refused' cannot join: no hardware queue left";
+  Status early;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread rank0([&] { Join(*waiting, "refused", 2, 0, ExecutionMode::kClient, &early); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 is waiting by now
+  grpc::Status said = refuse("refused");
+  rank0.join();
+  EXPECT_EQ(said.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(said.error_message().find(reason), std::string::npos) << said.error_message();
+  EXPECT_EQ(early.code(), StatusCode::kFailedPrecondition) << early.ToString();
+  EXPECT_NE(early.message().find(reason), std::string::npos) << early.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 20 s join timeout
+
+  // Refused first; the member arriving later is told at once.
+  ASSERT_EQ(refuse("late").error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  Status late;
+  Join(*waiting, "late", 2, 0, ExecutionMode::kClient, &late);
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.message().find("rank 1 of 'late' cannot join"), std::string::npos) << late.ToString();
+  // Every rank was told: the key forms again.
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  RunRanks(2, [&](uint32_t r) { comms[r] = Join(r == 0 ? *waiting : *refusing, "late", 2, r); });
+  EXPECT_TRUE(comms[0] && comms[1]);
+}
+
 TEST(DaemonLifecycleTest, BadFlagsAreRefused) {
   testing::TempDir dir;
   for (std::vector<std::string> flags : {std::vector<std::string>{"--ring-depth", "6"},
