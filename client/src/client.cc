@@ -82,6 +82,7 @@ Status ClientImpl::Connect() {
     return Status::FailedPrecondition("daemon speaks API v" + std::to_string(version.api_major) +
                                       ", this client needs v" + std::to_string(kApiMajor));
   }
+  daemon_api_minor_ = version.api_minor;
   v1::AttachRequest req;
   req.set_client_name(options_.client_name);
   req.set_api_major(kApiMajor);
@@ -259,11 +260,14 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     if (local.ok()) local = LeaseGpuRankQueue(options.device, options.key, &queue_lease);
     if (!local.ok()) {
       // The peers would wait for their join timeout: tell the daemon, which
-      // fails them with this reason now.
-      req.set_cannot_join(local.ToString());
-      v1::CreateCommunicatorResponse ignored;
-      auto ctx = NewContext(options_.rpc_timeout_ms);
-      stub_->CreateCommunicator(ctx.get(), req, &ignored);
+      // fails them with this reason now. A daemon before API 1.2 would take
+      // the request for a join, so it is not told.
+      if (daemon_api_minor_ >= 2) {
+        req.set_cannot_join(local.ToString());
+        v1::CreateCommunicatorResponse ignored;
+        auto ctx = NewContext(options_.rpc_timeout_ms);
+        stub_->CreateCommunicator(ctx.get(), req, &ignored);
+      }
       return local;
     }
     req.set_device_uuid(uuid);

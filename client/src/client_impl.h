@@ -66,6 +66,7 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::CollectiveService::Stub> stub_;
   uint64_t session_id_ = 0;
+  uint32_t daemon_api_minor_ = 0;  // from Connect: which requests the daemon understands
   int fd_sock_ = -1;
   std::mutex fd_mu_;
   mutable std::mutex buffers_mu_;

@@ -38,7 +38,7 @@
 namespace collectived {
 
 constexpr uint32_t kApiMajor = 1;
-constexpr uint32_t kApiMinor = 1;  // 1.1: GPU communicators
+constexpr uint32_t kApiMinor = 2;  // 1.1: GPU communicators; 1.2: cannot_join
 
 // A GPU stream (cudaStream_t or hipStream_t), opaque so that this header
 // needs no GPU runtime.
