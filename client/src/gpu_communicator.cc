@@ -252,6 +252,25 @@ Status GpuOpWaitOn(const GpuOpState& op, void* stream) {
   return Status::Ok();
 }
 
+namespace {
+
+// One rank's eager ops run in enqueue order, even across streams: each waits
+// for the one before it, so the last one's event covers them all.
+struct OpOrder {
+  std::mutex mu;
+  std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
+  gpuStream_t last_stream = nullptr;
+};
+
+// Waits until `op` ran (its event fired), whatever its verdict.
+Status WaitRan(const GpuOpState& op, int64_t timeout_ms, const char* what_if_not) {
+  Status s = GpuOpWait(op, timeout_ms);
+  if (s.code() == StatusCode::kDeadlineExceeded && !GpuOpTest(op, nullptr)) return Status::DeadlineExceeded(what_if_not);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status GpuDeviceUuid(int ordinal, std::string* uuid) { return ipc::GpuUuid(ordinal, uuid); }
 
 uint32_t GpuHardwareQueues(const char* env, bool mps) {
@@ -311,11 +330,8 @@ struct GpuCommunicator::Impl {
   uint32_t blocks = 1;
   std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
   std::shared_ptr<SymmetricHeap> heap;
-  std::mutex streams_mu;
-  // The last eager op: each eager op waits for the one before it (even on
-  // another stream), so its event covers all of them (Quiesce waits on it).
-  std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
-  gpuStream_t last_stream = nullptr;
+  // Shared with the heap buffers' release, which may outlive this.
+  std::shared_ptr<OpOrder> order = std::make_shared<OpOrder>();
 
   uint32_t world() const { return setup.seg.world_size(); }
   uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
@@ -436,8 +452,10 @@ struct GpuCommunicator::Impl {
     if (!op->captured) {
       // One rank's ops share its index word and input slot, so they run one
       // after another: an op on another stream first waits for the previous one.
-      std::lock_guard<std::mutex> lock(streams_mu);
-      if (last && last_stream != stream) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, last->event, 0));
+      std::lock_guard<std::mutex> lock(order->mu);
+      if (order->last && order->last_stream != stream) {
+        COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, order->last->event, 0));
+      }
     }
     void* c = control->device_ptr();
     if (!setup.daemon_executed) {
@@ -465,9 +483,9 @@ struct GpuCommunicator::Impl {
         nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
     if (!op->captured) {
-      std::lock_guard<std::mutex> lock(streams_mu);
-      last = op;
-      last_stream = stream;
+      std::lock_guard<std::mutex> lock(order->mu);
+      order->last = op;
+      order->last_stream = stream;
     }
     *out = std::move(op);
     return Status::Ok();
@@ -540,7 +558,25 @@ Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
   out->ptr = impl_->heap_base(impl_->setup.rank) + offset;
   out->bytes = bytes;
   out->keep = impl_->ranks[impl_->setup.rank];
-  out->release = [heap = impl_->heap, offset] { return heap->Free(offset); };
+  // Like cudaFree, a Free waits for the GPU work before it: the range goes
+  // back only after this rank's eager ops enqueued so far ran (peers' parts
+  // of those ops passed the end barrier with them). Freeing at once would let
+  // the next AllocBuffer hand the range out while an op still writes it.
+  // Waiting keeps the heap symmetric: every rank frees at the same point.
+  const int64_t timeout_ms = static_cast<int64_t>(impl_->setup.seg.header().op_timeout_ns / 1000000) + 5000;
+  out->release = [heap = impl_->heap, offset, order = impl_->order, device = impl_->setup.device, timeout_ms] {
+    std::shared_ptr<GpuOpState> last;
+    {
+      std::lock_guard<std::mutex> lock(order->mu);
+      last = order->last;
+    }
+    if (last) {
+      DeviceGuard guard(device);
+      COLLECTIVED_RETURN_IF_ERROR(WaitRan(*last, timeout_ms, "a GPU op enqueued before this heap buffer's Free "
+                                                             "did not finish; the range stays allocated"));
+    }
+    return heap->Free(offset);
+  };
   return Status::Ok();
 }
 
@@ -716,16 +752,12 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
 Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
   std::shared_ptr<GpuOpState> last;
   {
-    std::lock_guard<std::mutex> lock(impl_->streams_mu);
-    last.swap(impl_->last);
+    std::lock_guard<std::mutex> lock(impl_->order->mu);
+    last.swap(impl_->order->last);
   }
   if (!last) return Status::Ok();
   DeviceGuard guard(impl_->setup.device);
-  Status s = GpuOpWait(*last, timeout_ms);
-  if (s.code() == StatusCode::kDeadlineExceeded && !GpuOpTest(*last, nullptr)) {
-    return Status::DeadlineExceeded("this rank's GPU ops did not finish before destroy");
-  }
-  return Status::Ok();
+  return WaitRan(*last, timeout_ms, "this rank's GPU ops did not finish before destroy");
 }
 
 }  // namespace collectived

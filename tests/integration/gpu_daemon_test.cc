@@ -560,6 +560,49 @@ TEST(GpuDaemonTest, RanksBeyondTheProcessHardwareQueuesAreRefused) {
   EXPECT_TRUE(ranks.Create(d, "queues", 2, 0).ok());
 }
 
+// Rank 1 reads 100 ms late, then pushes its reduced chunk into rank 0's heap
+// recv (two-shot). Rank 0 frees that recv right after enqueueing the op and
+// allocates again: the same range comes back. Free waits for the op, as
+// cudaFree does, so the fill of the new buffer lands after the push; freeing
+// at once would let the late push overwrite the new buffer's contents.
+TEST(GpuDaemonTest, HeapBufferFreedRightAfterAnOpWaitsForIt) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--debug-delay-rank", "1", "--debug-delay-us", "100000"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count = 1 << 20, bytes = count * 4;  // 4 MiB: two-shot push
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "heap-free", n, 4 * bytes).ok());
+  std::vector<Buffer> send(n), recv(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(ranks.comms[r]->AllocBuffer(bytes, &send[r]).ok());
+    ASSERT_TRUE(ranks.comms[r]->AllocBuffer(bytes, &recv[r]).ok());
+    Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, 53, count, send[r].data(), recv[r].data());
+  }
+  std::vector<Handle> h(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(ranks.comms[r]->AllReduce(send[r].data(), recv[r].data(), count, DataType::kFloat32, ReduceOp::kSum,
+                                          ranks.streams[r], &h[r]).ok());
+  }
+  void* const old = recv[0].data();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(recv[0].Free().ok());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  Buffer again;
+  ASSERT_TRUE(ranks.comms[0]->AllocBuffer(bytes, &again).ok());
+  EXPECT_EQ(again.data(), old);  // first fit: the freed range
+  ASSERT_EQ(gpuMemset(again.data(), 0x7f, bytes), gpuSuccess);
+  for (uint32_t r = 0; r < n; ++r) EXPECT_TRUE(h[r].Wait().ok());
+  ASSERT_EQ(gpuDeviceSynchronize(), gpuSuccess);
+  EXPECT_GT(waited, std::chrono::milliseconds(50)) << "Free returned before the op it raced ran";
+  auto fresh = Download(again.data(), bytes);
+  uint64_t overwritten = 0;
+  for (uint8_t b : fresh) overwritten += b != 0x7f ? 1 : 0;
+  EXPECT_EQ(overwritten, 0u) << "the op wrote into a buffer allocated after its recv was freed";
+  auto out = Download(recv[1].data(), bytes);
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 53, out.data(), count), 0u);
+}
+
 TEST(GpuDaemonTest, DelayedRankStillGivesExactResults) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags({"--debug-delay-rank", "1", "--debug-delay-us", "100000"}));
