@@ -11,9 +11,10 @@
 // plus the least-traffic bandwidth (every input read once, every output
 // written once: 2nS for all-reduce, nS + n*nS for all-gather) and its share of
 // the 4.28 TB/s copy ceiling measured on the H200. Exit status 1 on any wrong
-// element.
+// element. `-t ceilings` instead measures this GPU's copy and memset
+// (write-only) ceilings at -e bytes, to put beside a run's percentages.
 //
-//   collective-bench [-t all_reduce|all_gather] [-g ranks] [-b 16M] [-e 1G] [-f 2]
+//   collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]
 //                    [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]
 //                    [-p single|post]   (one launch per op, or post + collective + complete)
 //                    [-B 1]             (blocks per SM shared by the ranks' kernels; 2 is experimental:
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/memory_ceilings.h"
 #include "bench/rank_set.h"
 #include "kernels/device/device_collectives.h"
 #include "kernels/device/gpu_check.h"
@@ -93,6 +95,7 @@ struct Options {
   bool mpi = false;             // -M: one rank per MPI process
   bool daemon_executed = false;  // -m daemon
   std::string key = "collective-bench";
+  bool ceilings = false;  // -t ceilings: the memory ceilings only
 };
 
 // Across the processes of an MPI run; trivial in one process.
@@ -191,7 +194,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     const char* v = argv[i + 1];
-    if (f == "-t") o.spec.gather = std::string(v) == "all_gather";
+    if (f == "-t") {
+      o.spec.gather = std::string(v) == "all_gather";
+      o.ceilings = std::string(v) == "ceilings";
+    }
     else if (f == "-g") o.ranks = std::atoi(v);
     else if (f == "-b") o.min_bytes = ParseSize(v);
     else if (f == "-e") o.max_bytes = ParseSize(v);
@@ -235,6 +241,14 @@ int main(int argc, char** argv) {
   if (gpuGetDeviceCount(&ndev) != gpuSuccess || ndev == 0) {
     std::fprintf(stderr, "collective-bench: no GPU\n");
     return 2;
+  }
+  if (o.ceilings) {
+    bench::MemoryCeilings c;
+    Check(bench::MeasureMemoryCeilings(o.max_bytes, o.iters, o.warmup, &c), "ceilings");
+    std::printf("# memory ceilings at %llu bytes: copy %.1f GB/s (read + write), memset %.1f GB/s (write only); "
+                "collective-bench's %% uses %.0f GB/s\n",
+                (unsigned long long)o.max_bytes, c.copy_gbs, c.memset_gbs, kCopyCeilingGBs);
+    return 0;
   }
   const size_t es = DataTypeSize(o.spec.dtype);
   const uint32_t n = o.ranks;

@@ -9,6 +9,7 @@ bin=$(cd "$1" && pwd)
 work=$(mktemp -d)
 sock=$work/c.sock
 bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least\|^#  *size\|Avg bus"; }
+bench -t ceilings -e 2G -n 20 -w 3  # an 8-rank all-gather writes 8 bytes per byte read: the memset ceiling bounds it
 for B in 1 2; do
   echo "## in-process all_gather, 8 ranks, $B blocks per SM"
   bench -t all_gather -g 8 -p post -B $B -b 256M -e 1G -f 4 -c 0 -n 10 -w 3

@@ -27,6 +27,7 @@ bench() { "$bin/collective-bench" "$@" 2>&1 | grep -v "^# least"; }
 {
   date -u +"# %Y-%m-%dT%H:%MZ"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  "$bin/collective-bench" -t ceilings -e 2G -n 20 -w 3
   start_daemon
   if [ "$quick" != latency ]; then
   echo "## checked sweep through the daemon, 4 ranks (every element compared)"
