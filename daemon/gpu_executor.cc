@@ -74,7 +74,14 @@ void GpuExecutor::Run() {
   gpuSetDevice(memory_->window_ordinal(0));
   for (uint64_t index = 0; !stop_.load(); ++index) {
     Status s = RunOp(index);
-    if (s.code() == StatusCode::kCancelled) break;  // stopping, or the communicator aborted
+    if (s.code() == StatusCode::kCancelled) {  // stopping, or the communicator aborted
+      if (!stop_.load() && !seg_.aborted()) {
+        // A kernel gave up (deadline, or the device abort word): end the
+        // clients' host-side waits too, or Destroy would wait out its timeout.
+        seg_.Abort(StatusCode::kAborted, "a GPU kernel of this communicator gave up (deadline or abort)");
+      }
+      break;
+    }
     if (!s.ok()) {
       spdlog::error("communicator {}: daemon-executed GPU op {} failed: {}", seg_.header().comm_id, index,
                     s.ToString());

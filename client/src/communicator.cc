@@ -73,6 +73,8 @@ Status NeedGpu(const CommunicatorImpl& c) {
     return Status::FailedPrecondition("a host communicator: use the BufferSpan overloads, or create the "
                                       "communicator with CommunicatorOptions.device");
   }
+  // After Destroy nothing may be enqueued: its windows are about to be unmapped.
+  if (c.destroyed()) return Status::FailedPrecondition("communicator was destroyed");
   return Status::Ok();
 }
 }  // namespace
@@ -151,7 +153,10 @@ CommunicatorImpl::CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t 
     : client_(std::move(client)), comm_id_(comm_id), rank_(rank), seg_(seg), window_(std::move(window)),
       mode_(mode) {}
 
-CommunicatorImpl::~CommunicatorImpl() { Destroy(); }
+CommunicatorImpl::~CommunicatorImpl() {
+  Destroy();
+  if (leak_gpu_) static_cast<void>(gpu_.release());
+}
 
 void CommunicatorImpl::Start() {
   if (mode_ != ExecutionMode::kClient) return;
@@ -230,6 +235,7 @@ Status CommunicatorImpl::Destroy() {
   destroyed_ = true;
   // GPU: every eager op this rank enqueued must have run before anything is unmapped.
   Status quiesced = gpu_ ? gpu_->Quiesce(OpTimeoutMs() + 5000) : Status::Ok();
+  leak_gpu_ = !quiesced.ok();
   // Let this rank's posted ops finish (or fail) before leaving.
   const uint64_t posted = seg_.control(rank_).next_index.value.load(std::memory_order_acquire);
   // An abort ends the wait too: an index taken but never published (its post

@@ -36,6 +36,7 @@ class CommunicatorImpl : public host::BufferResolver {
   Status Destroy();
   void SetGpu(std::unique_ptr<GpuCommunicator> gpu) { gpu_ = std::move(gpu); }
   GpuCommunicator* gpu() const { return gpu_.get(); }
+  bool destroyed() const { return destroyed_; }
   // Wraps a GPU op's state in a handle.
   void MakeGpuHandle(std::shared_ptr<GpuOpState> op, Handle* handle) const;
 
@@ -60,6 +61,9 @@ class CommunicatorImpl : public host::BufferResolver {
   std::unique_ptr<host::RankExecutor> executor_;
   std::unique_ptr<GpuCommunicator> gpu_;
   bool destroyed_ = false;
+  // Destroy could not see this rank's GPU work finish: its mappings are never
+  // undone, so that work cannot fault on an unmapped page.
+  bool leak_gpu_ = false;
   Status destroy_status_;
 };
 

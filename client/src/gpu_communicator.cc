@@ -259,7 +259,6 @@ namespace {
 struct OpOrder {
   std::mutex mu;
   std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
-  gpuStream_t last_stream = nullptr;
 };
 
 // Waits until `op` ran (its event fired), whatever its verdict.
@@ -451,42 +450,50 @@ struct GpuCommunicator::Impl {
     if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
     if (!op->captured) {
       // One rank's ops share its index word and input slot, so they run one
-      // after another: an op on another stream first waits for the previous one.
+      // after another: each waits for the previous one, on whatever stream.
+      // Always, even on the "same" stream: a handle value can name another
+      // stream by now (cudaStreamPerThread, or a destroyed stream's reused handle).
       std::lock_guard<std::mutex> lock(order->mu);
-      if (order->last && order->last_stream != stream) {
-        COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, order->last->event, 0));
+      if (order->last) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, order->last->event, 0));
+    }
+    // From the first launch on, the op is this rank's last whatever fails
+    // later, so Quiesce and heap frees wait for what did get enqueued.
+    bool event_recorded = false;
+    Status enqueued = [&]() -> Status {
+      void* c = control->device_ptr();
+      if (!setup.daemon_executed) {
+        COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
+                                                       device::GpuControlLayout::OpIndex(c, setup.rank), stream));
       }
-    }
-    void* c = control->device_ptr();
-    if (!setup.daemon_executed) {
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
-                                                     device::GpuControlLayout::OpIndex(c, setup.rank), stream));
-    }
-    if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
-    // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
-    const ring::CommHeader& h = setup.seg.header();
-    COLLECTIVED_RETURN_IF_ERROR(kernel());
-    const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
-    if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
-    if (copy_out && h.debug_delay_copyout_us > 0) {
-      // Rank r's copy-out starts (r + 1) x the delay late: ranks leave their
-      // epilogues apart, as skewed ranks do, which opens the staging race.
-      const uint64_t ns = uint64_t{h.debug_delay_copyout_us} * 1000 * (setup.rank + 1);
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(ns, stream));
-    }
-    if (copy_out) COLLECTIVED_RETURN_IF_ERROR(copy_out());
-    // A captured op's verdict has no host slot to go to (a graph outlives
-    // handles); its failure shows in every later eager op, the error word being sticky.
-    // Daemon-executed: the daemon keeps `completed` itself.
-    COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
-        device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
-        nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
-    if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
+      if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
+      // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
+      const ring::CommHeader& h = setup.seg.header();
+      COLLECTIVED_RETURN_IF_ERROR(kernel());
+      const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
+      if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
+      if (copy_out && h.debug_delay_copyout_us > 0) {
+        // Rank r's copy-out starts (r + 1) x the delay late: ranks leave their
+        // epilogues apart, as skewed ranks do, which opens the staging race.
+        const uint64_t ns = uint64_t{h.debug_delay_copyout_us} * 1000 * (setup.rank + 1);
+        COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(ns, stream));
+      }
+      if (copy_out) COLLECTIVED_RETURN_IF_ERROR(copy_out());
+      // A captured op's verdict has no host slot to go to (a graph outlives
+      // handles); its failure shows in every later eager op, the error word being sticky.
+      // Daemon-executed: the daemon keeps `completed` itself.
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
+          device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
+          nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
+      if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
+      event_recorded = true;
+      return Status::Ok();
+    }();
     if (!op->captured) {
+      if (!event_recorded) gpuEventRecord(op->event, stream);  // best effort: cover what was enqueued
       std::lock_guard<std::mutex> lock(order->mu);
       order->last = op;
-      order->last_stream = stream;
     }
+    COLLECTIVED_RETURN_IF_ERROR(enqueued);
     *out = std::move(op);
     return Status::Ok();
   }

@@ -164,10 +164,11 @@ class Communicator {
   Status AllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle);
   // GPU communicators. Collective in effect: every rank allocates the same
   // sizes in the same order, so a buffer sits at the same heap offset on
-  // every rank and ops on it run zero-copy. Freed by the Buffer: like
-  // cudaFree, Free waits (up to the op timeout) for the eager ops this rank
-  // enqueued before it. Keep a buffer alive while a CUDA graph that uses it
-  // may still be launched.
+  // every rank and ops on it run zero-copy. Freed by the Buffer: Free waits
+  // (up to the op timeout) for the collective ops this rank enqueued before
+  // it, not for the caller's own kernels on the buffer (order those, e.g. by
+  // synchronizing their stream, before freeing). Keep a buffer alive while a
+  // CUDA graph that uses it may still be launched.
   Status AllocBuffer(uint64_t bytes, Buffer* out);
   // Enqueued on `stream` (eager or captured). send/recv: device memory of this
   // rank's device; heap buffers (AllocBuffer) run zero-copy, anything else is
