@@ -603,6 +603,23 @@ TEST(GpuDaemonTest, HeapBufferFreedRightAfterAnOpWaitsForIt) {
   EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 53, out.data(), count), 0u);
 }
 
+// After Destroy nothing more is enqueued: the windows are about to go.
+TEST(GpuDaemonTest, NoOpAfterDestroy) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "after-destroy", 2, 1 << 20).ok());
+  Buffer x;
+  ASSERT_TRUE(ranks.comms[0]->AllocBuffer(4096, &x).ok());
+  ASSERT_TRUE(ranks.comms[0]->Destroy().ok());
+  Handle h;
+  Status s = ranks.comms[0]->AllReduce(x.data(), x.data(), 1024, DataType::kFloat32, ReduceOp::kSum, ranks.streams[0], &h);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  Buffer y;
+  EXPECT_EQ(ranks.comms[0]->AllocBuffer(4096, &y).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(GpuDaemonTest, DelayedRankStillGivesExactResults) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags({"--debug-delay-rank", "1", "--debug-delay-us", "100000"}));
