@@ -221,6 +221,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (o.ceilings && o.mpi) {
+    std::fprintf(stderr, "collective-bench: -t ceilings runs in one process (drop -M)\n");
+    return 2;
+  }
   Group group;
   if (o.mpi) {
 #ifdef COLLECTIVED_BENCH_MPI

@@ -295,12 +295,15 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
                                 "' cannot join: " + req.cannot_join.substr(0, 1000);
         Refusal& refusal = refused_keys_[req.key];
         if (refusal.until_ns <= now_ns) refusal = Refusal{};
-        if (refusal.why.empty()) refusal.why = why;  // the first reason stands
+        if (refusal.why.empty()) {  // the first reason and world size stand
+          refusal.why = why;
+          refusal.world_size = req.world_size;
+        }
         refusal.until_ns = now_ns + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
-        refusal.world_size = req.world_size;
-        refusal.told.insert(req.rank);
+        if (req.rank < refusal.world_size) refusal.told.insert(req.rank);
         auto kit = comm_by_key_.find(req.key);
-        if (kit != comm_by_key_.end() && !comms_.at(kit->second)->formed) {
+        if (kit != comm_by_key_.end() && !comms_.at(kit->second)->formed &&
+            comms_.at(kit->second)->world_size == refusal.world_size) {
           const uint64_t id = kit->second;
           const uint32_t world = comms_.at(id)->world_size;
           for (uint32_t r = 0; r < world; ++r) {
@@ -318,13 +321,16 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
       }
       if (auto rit = refused_keys_.find(req.key); rit != refused_keys_.end()) {
         Refusal& refusal = rit->second;
-        if (refusal.until_ns > now_ns && refusal.world_size == req.world_size) {
-          refusal.told.insert(req.rank);
+        if (refusal.until_ns <= now_ns) {
+          refused_keys_.erase(rit);
+        } else {
+          // A member of another world size is misconfigured anyway: refused
+          // too, but it does not count toward freeing the key.
+          if (req.world_size == refusal.world_size) refusal.told.insert(req.rank);
           const std::string answer = refusal.why;
           if (refusal.told.size() >= refusal.world_size) refused_keys_.erase(rit);
           return Status::FailedPrecondition(answer);
         }
-        refused_keys_.erase(rit);
       }
       const bool gpu = !req.device_uuid.empty();
       if (gpu) {
@@ -727,6 +733,9 @@ void Registry::Housekeeping() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t now = ring::NowNs();
+    for (auto it = refused_keys_.begin(); it != refused_keys_.end();) {  // keys used once never come back
+      it = it->second.until_ns <= now ? refused_keys_.erase(it) : std::next(it);
+    }
     // A member whose join waited past its deadline gets DEADLINE_EXCEEDED and
     // is withdrawn, so a client that gave up never becomes a phantom member.
     std::vector<std::pair<uint64_t, uint32_t>> expired;

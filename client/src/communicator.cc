@@ -246,7 +246,7 @@ Status CommunicatorImpl::Destroy() {
                                : ring::WaitAtLeast(seg_.control(rank_).completed.value, posted, ctx,
                                                    "this rank's ops to finish before destroy");
   if (executor_) executor_->Stop();
-  if (gpu_) gpu_->ReleaseQueueLease();  // this rank's kernels have run (quiesced above)
+  if (gpu_ && quiesced.ok()) gpu_->ReleaseQueueLease();  // this rank's kernels have run
   destroy_status_ = client_->DestroyCommunicator(comm_id_, rank_);
   if (destroy_status_.ok() && !drained.ok()) destroy_status_ = drained;
   if (destroy_status_.ok() && !quiesced.ok()) destroy_status_ = quiesced;

@@ -256,16 +256,25 @@ namespace {
 
 // One rank's eager ops run in enqueue order, even across streams: each waits
 // for the one before it, so the last one's event covers them all.
+// Enqueue holds `mu` from the wait on `last` to setting it, so two threads
+// enqueueing for one rank cannot both chain onto the same op.
 struct OpOrder {
   std::mutex mu;
   std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
+  bool closed = false;               // Quiesce ran: no more ops
 };
 
-// Waits until `op` ran (its event fired), whatever its verdict.
+// Waits until `op`'s event fired: the op ran, whatever its verdict. A
+// runtime error is not "ran" (the caller must not free what the op uses).
 Status WaitRan(const GpuOpState& op, int64_t timeout_ms, const char* what_if_not) {
-  Status s = GpuOpWait(op, timeout_ms);
-  if (s.code() == StatusCode::kDeadlineExceeded && !GpuOpTest(op, nullptr)) return Status::DeadlineExceeded(what_if_not);
-  return Status::Ok();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t polls = 0;; ++polls) {
+    const gpuError_t e = gpuEventQuery(op.event);
+    if (e == gpuSuccess) return Status::Ok();
+    if (e != gpuErrorNotReady) return device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() >= deadline) return Status::DeadlineExceeded(what_if_not);
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 }  // namespace
@@ -448,12 +457,14 @@ struct GpuCommunicator::Impl {
     COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
     int32_t* slot_dev = nullptr;
     if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
+    std::unique_lock<std::mutex> ordered(order->mu, std::defer_lock);
     if (!op->captured) {
       // One rank's ops share its index word and input slot, so they run one
       // after another: each waits for the previous one, on whatever stream.
       // Always, even on the "same" stream: a handle value can name another
       // stream by now (cudaStreamPerThread, or a destroyed stream's reused handle).
-      std::lock_guard<std::mutex> lock(order->mu);
+      ordered.lock();
+      if (order->closed) return Status::FailedPrecondition("communicator was destroyed");
       if (order->last) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, order->last->event, 0));
     }
     // From the first launch on, the op is this rank's last whatever fails
@@ -490,8 +501,7 @@ struct GpuCommunicator::Impl {
     }();
     if (!op->captured) {
       if (!event_recorded) gpuEventRecord(op->event, stream);  // best effort: cover what was enqueued
-      std::lock_guard<std::mutex> lock(order->mu);
-      order->last = op;
+      order->last = op;  // under `ordered`, held since the wait above
     }
     COLLECTIVED_RETURN_IF_ERROR(enqueued);
     *out = std::move(op);
@@ -760,6 +770,7 @@ Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
   std::shared_ptr<GpuOpState> last;
   {
     std::lock_guard<std::mutex> lock(impl_->order->mu);
+    impl_->order->closed = true;
     last.swap(impl_->order->last);
   }
   if (!last) return Status::Ok();
