@@ -116,6 +116,7 @@ Status Communicator::AllGather(const void* send, void* recv, uint64_t count, Dat
 }
 
 Status Communicator::GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
+  if (impl_->gpu() != nullptr) return impl_->gpu()->ReadTrace(index, per_rank);
   const ring::CommSegment& seg = impl_->segment();
   per_rank->assign(seg.world_size(), OpTrace{});
   for (uint32_t r = 0; r < seg.world_size(); ++r) {

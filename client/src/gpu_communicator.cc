@@ -1,5 +1,7 @@
 #include "client/src/gpu_communicator.h"
 
+#include "collectived/client.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -382,6 +384,7 @@ struct GpuCommunicator::Impl {
     a.error_word = device::GpuControlLayout::Error(c);
     a.timeout_ns = setup.seg.header().op_timeout_ns;
     a.descriptors = device::GpuControlLayout::Descriptors(c);
+    a.trace = device::GpuControlLayout::Trace(c, setup.rank);
     // Debug hook and negative control (daemon flags, in the segment header).
     const ring::CommHeader& h = setup.seg.header();
     if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
@@ -474,7 +477,8 @@ struct GpuCommunicator::Impl {
       void* c = control->device_ptr();
       if (!setup.daemon_executed) {
         COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
-                                                       device::GpuControlLayout::OpIndex(c, setup.rank), stream));
+                                                       device::GpuControlLayout::OpIndex(c, setup.rank), stream,
+                                                       nullptr, device::GpuControlLayout::Trace(c, setup.rank)));
       }
       if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
       // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
@@ -494,7 +498,8 @@ struct GpuCommunicator::Impl {
       // Daemon-executed: the daemon keeps `completed` itself.
       COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
           device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
-          nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev));
+          nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev,
+          setup.daemon_executed ? nullptr : device::GpuControlLayout::Trace(c, setup.rank)));
       if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
       event_recorded = true;
       return Status::Ok();
@@ -514,6 +519,25 @@ GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(i
 GpuCommunicator::~GpuCommunicator() = default;  // Impl unregisters the segment
 
 void GpuCommunicator::ReleaseQueueLease() { impl_->setup.queue_lease.reset(); }
+
+Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
+  Impl& m = *impl_;
+  if (m.setup.daemon_executed) return Status::FailedPrecondition("daemon-executed GPU ops keep no op trace");
+  DeviceGuard guard(m.setup.device);
+  void* c = m.control->device_ptr();
+  per_rank->assign(m.world(), OpTrace{});
+  for (uint32_t r = 0; r < m.world(); ++r) {
+    uint64_t e[device::kTraceEntryWords] = {};
+    const uint64_t* at = device::GpuControlLayout::Trace(c, r) + (index % device::kTraceDepth) * device::kTraceEntryWords;
+    COLLECTIVED_GPU_CHECK(gpuMemcpy(e, at, sizeof(e), gpuMemcpyDeviceToHost));
+    OpTrace& t = (*per_rank)[r];
+    t.valid = e[0] == index + 1;
+    t.reads_done_ns = static_cast<int64_t>(e[1]);
+    t.output_done_ns = static_cast<int64_t>(e[2]);  // the complete kernel runs after any copy-out
+    t.completed_ns = static_cast<int64_t>(e[2]);
+  }
+  return Status::Ok();
+}
 
 Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out) {
   auto impl = std::make_unique<Impl>();

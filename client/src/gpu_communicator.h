@@ -39,6 +39,9 @@
 
 namespace collectived {
 
+struct OpTrace;  // collectived/client.h
+
+
 struct GpuOpState;  // what a Handle of a GPU op holds
 
 // Waits on the host for a GPU op (polls its event until the deadline).
@@ -99,6 +102,8 @@ class GpuCommunicator {
   Status Quiesce(int64_t timeout_ms);
   // Gives back the hardware-queue reservation (on Destroy, once quiesced).
   void ReleaseQueueLease();
+  // Every rank's trace of op `index` (client-executed; GPU clock, see OpTrace).
+  Status ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank) const;
 
   struct Impl;
 

@@ -2,6 +2,8 @@
 // CUDA toolkit: GPU communicators are refused with a clear reason.
 #include "client/src/gpu_communicator.h"
 
+#include "collectived/client.h"
+
 namespace collectived {
 
 namespace {
@@ -32,6 +34,7 @@ Status GpuCommunicator::AllGather(const void*, void*, uint64_t, DataType, void*,
 }
 Status GpuCommunicator::Quiesce(int64_t) { return Status::Ok(); }
 void GpuCommunicator::ReleaseQueueLease() {}
+Status GpuCommunicator::ReadTrace(uint64_t, std::vector<OpTrace>*) const { return NoCuda(); }
 Status GpuCommunicator::DaemonOp(CollectiveKind, const void*, void*, uint64_t, DataType, ReduceOp, void*,
                                  std::shared_ptr<GpuOpState>*) {
   return NoCuda();

@@ -113,8 +113,21 @@ __device__ void DebugReadDelay(const DeviceRankArgs& a) {
   }
 }
 
-// The end barrier, unless the negative control skips it.
+// This rank's op trace entry for index `gen - 1`.
+__device__ uint64_t* TraceEntry(uint64_t* trace, uint64_t gen) {
+  return trace + ((gen - 1) % kTraceDepth) * kTraceEntryWords;
+}
+
+// The end barrier, unless the negative control skips it. Before it, each
+// block records when it finished reading (the trace keeps the latest).
 __device__ bool EndBarrier(const DeviceRankArgs& a, uint64_t gen) {
+  if (a.trace != nullptr) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      atomicMax(reinterpret_cast<unsigned long long*>(TraceEntry(a.trace, gen) + 1),
+                static_cast<unsigned long long>(NowNs()));
+    }
+  }
   return a.unsafe_skip_end_barrier || Barrier(a, 1, gen);
 }
 
@@ -159,20 +172,30 @@ __device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
 
 // ---- kernels ---------------------------------------------------------------------
 
-__global__ void PostKernel(uint64_t* counter, uint64_t* op_index, uint64_t* posted_mirror) {
+__global__ void PostKernel(uint64_t* counter, uint64_t* op_index, uint64_t* posted_mirror, uint64_t* trace) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
     *op_index = index;
+    if (trace != nullptr) {
+      uint64_t* e = TraceEntry(trace, index + 1);
+      for (uint64_t w = 0; w < kTraceEntryWords; ++w) e[w] = 0;
+    }
     __threadfence_system();
     if (posted_mirror != nullptr) StoreRelease(posted_mirror, index + 1);
   }
 }
 
 __global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done, uint64_t* completed_mirror,
-                               const int32_t* error_word, int32_t* status_mirror) {
+                               const int32_t* error_word, int32_t* status_mirror, uint64_t* trace) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     __threadfence_system();
     const uint64_t gen = *op_index + 1;
+    if (trace != nullptr) {
+      uint64_t* e = TraceEntry(trace, gen);
+      e[2] = NowNs();
+      __threadfence();
+      StoreRelease(e, gen);
+    }
     // The verdict first, so a host that sees the new count also sees it.
     if (status_mirror != nullptr) *static_cast<volatile int32_t*>(status_mirror) = *static_cast<const volatile int32_t*>(error_word);
     StoreRelease(done, gen);
@@ -513,8 +536,9 @@ Status PreloadKernels() {
   return Status::Ok();
 }
 
-Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror) {
-  PostKernel<<<1, 32, 0, stream>>>(counter, op_index, posted_mirror);
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror,
+                  uint64_t* trace) {
+  PostKernel<<<1, 32, 0, stream>>>(counter, op_index, posted_mirror, trace);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }
@@ -526,11 +550,11 @@ Status LaunchDelay(uint64_t ns, gpuStream_t stream) {
 }
 
 Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream, uint64_t* completed_mirror,
-                      const int32_t* error_word, int32_t* status_mirror) {
+                      const int32_t* error_word, int32_t* status_mirror, uint64_t* trace) {
   if ((error_word == nullptr) != (status_mirror == nullptr)) {
     return Status::InvalidArgument("a status mirror needs the error word, and the other way round");
   }
-  CompleteKernel<<<1, 32, 0, stream>>>(op_index, done_word, completed_mirror, error_word, status_mirror);
+  CompleteKernel<<<1, 32, 0, stream>>>(op_index, done_word, completed_mirror, error_word, status_mirror, trace);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }

@@ -52,6 +52,14 @@ constexpr uint32_t kDescriptorWords = 4;
 // Words of the descriptor table: kMaxDeviceRanks rows of kDescriptorWords.
 constexpr uint64_t kDescriptorTableWords = uint64_t{kMaxDeviceRanks} * kDescriptorWords;
 
+// Op trace, per rank, of the last kTraceDepth ops (entry index % depth), in
+// the GPU's own clock (globaltimer ns): word 0 = index + 1 once complete,
+// 1 = when the kernel's last block finished reading peers, 2 = when the op
+// completed (after any copy-out). A stress harness proves a race window
+// open from it; comparable only between ranks of one GPU.
+constexpr uint64_t kTraceDepth = 64;
+constexpr uint64_t kTraceEntryWords = 4;
+
 enum class DeviceAlgorithm : uint32_t {
   kOneShot = 1,      // every rank reads every input, writes its own output
   kTwoShotPush = 2,  // rank r reduces chunk r of every input, writes it to every output
@@ -91,6 +99,8 @@ struct DeviceRankArgs {
   // Negative control for seed bug 2 (AITER): leave without the end barrier,
   // so a fast rank's caller may reuse its input while a peer still reads it.
   bool unsafe_skip_end_barrier = false;
+  // Post/complete mode (optional): this rank's op trace (kTraceDepth entries).
+  uint64_t* trace = nullptr;
 };
 
 // Loads every kernel of this file now. With lazy module loading (the CUDA
@@ -102,7 +112,9 @@ struct DeviceRankArgs {
 Status PreloadKernels();
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
-Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror = nullptr);
+// `trace` (optional): this rank's op trace; the post clears the op's entry.
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror = nullptr,
+                  uint64_t* trace = nullptr);
 // In place (inputs[k] == outputs[k]) always runs two-shot push: one-shot
 // would overwrite an input a peer is still reading. INVALID_ARGUMENT for
 // buffers that partially overlap.
@@ -117,9 +129,10 @@ Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t bloc
 // Optional host-mapped mirrors, written after done: `completed_mirror` = index
 // + 1 (the daemon's stats) and `status_mirror` = the error word (a host wait
 // reads the op's verdict without a device copy).
+// `trace` (optional): the op's entry gets its completion time and index + 1.
 Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream,
                       uint64_t* completed_mirror = nullptr, const int32_t* error_word = nullptr,
-                      int32_t* status_mirror = nullptr);
+                      int32_t* status_mirror = nullptr, uint64_t* trace = nullptr);
 // Spins on `stream` until *done_word >= *op_index + 1, the abort word, or the deadline.
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
                   uint64_t timeout_ns, gpuStream_t stream);

@@ -34,7 +34,8 @@ struct GpuControlLayout {
   static constexpr uint64_t kDescriptorsWord = kRankWordsWord + kMaxDeviceRanks * kRankWordsStride;
   static constexpr uint64_t kErrorWord = kDescriptorsWord + kDescriptorTableWords;
   static constexpr uint64_t kAbortWord = kErrorWord + 8;  // its own 64-byte line
-  static constexpr uint64_t kBytes = (kErrorWord + 16) * 8;
+  static constexpr uint64_t kTraceWord = kAbortWord + 8;  // kMaxDeviceRanks op traces (kTraceDepth entries each)
+  static constexpr uint64_t kBytes = (kTraceWord + uint64_t{kMaxDeviceRanks} * kTraceDepth * kTraceEntryWords) * 8;
 
   static uint64_t* Flags(void* base) { return static_cast<uint64_t*>(base) + kFlagsWord; }
   static uint64_t* Counter(void* base, uint32_t rank) { return RankWords(base, rank) + 0; }
@@ -46,6 +47,9 @@ struct GpuControlLayout {
   static uint64_t* Descriptors(void* base) { return static_cast<uint64_t*>(base) + kDescriptorsWord; }
   static int32_t* Error(void* base) { return reinterpret_cast<int32_t*>(static_cast<uint64_t*>(base) + kErrorWord); }
   static uint64_t* Abort(void* base) { return static_cast<uint64_t*>(base) + kAbortWord; }
+  static uint64_t* Trace(void* base, uint32_t rank) {
+    return static_cast<uint64_t*>(base) + kTraceWord + rank * kTraceDepth * kTraceEntryWords;
+  }
 
  private:
   static uint64_t* RankWords(void* base, uint32_t rank) {

@@ -428,6 +428,15 @@ uint64_t ReuseAfterCompletion(bool unsafe) {
   EXPECT_TRUE(h[0].Wait().ok());
   EXPECT_EQ(gpuMemset(b.send[0], 0x7f, count * 4), gpuSuccess);  // the caller reuses its input
   EXPECT_TRUE(h[1].Wait().ok());
+  // The device trace of op 0 shows the end barrier's window: open exactly
+  // when rank 0 completed before rank 1 finished reading.
+  std::vector<OpTrace> trace;
+  EXPECT_TRUE(ranks.comms[0]->GetOpTrace(0, &trace).ok());
+  EXPECT_TRUE(trace.size() == 2 && trace[0].valid && trace[1].valid);
+  if (trace.size() == 2) {
+    EXPECT_EQ(trace[1].reads_done_ns > trace[0].completed_ns, unsafe)
+        << "rank 1 read until " << trace[1].reads_done_ns << ", rank 0 completed at " << trace[0].completed_ns;
+  }
   auto out = Download(b.recv[1], count * 4);
   return testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 31, out.data(), count);
 }

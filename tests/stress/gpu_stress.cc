@@ -38,6 +38,7 @@ struct InFlight {
   bool graph = false;
   Handle handle;
   cudaEvent_t after = nullptr;  // graph ops: recorded after the replay
+  uint64_t index = 0;           // the rank's op index: one op per k, eager or replayed once
 };
 
 }  // namespace
@@ -113,6 +114,21 @@ GpuTotals RunGpuStress(Client& client, const GpuStressOptions& o, bool (*keep_go
     } else {
       t.passed++;
     }
+    // The end barrier's window, from the device trace (client-executed): this
+    // rank completed while a peer had not finished reading (its reads ended
+    // later, or had not ended when this rank looked, after its completion).
+    if (!daemon && st.ok() && ok) {
+      std::vector<OpTrace> trace;
+      if (comm->GetOpTrace(f.index, &trace).ok() && trace[o.rank].valid) {
+        const int64_t mine = trace[o.rank].completed_ns;
+        for (int p = 0; p < o.world; ++p) {
+          if (p != o.rank && (trace[p].reads_done_ns == 0 || trace[p].reads_done_ns > mine)) {
+            t.windows++;
+            break;
+          }
+        }
+      }
+    }
     if (!f.graph && !f.handle.Wait().ok() && st.ok()) t.failed++;  // and again later
     if (f.after) cudaEventDestroy(f.after);
   };
@@ -126,6 +142,7 @@ GpuTotals RunGpuStress(Client& client, const GpuStressOptions& o, bool (*keep_go
       if (!keep_going(left)) break;
     }
     InFlight f;
+    f.index = static_cast<uint64_t>(k);
     f.mix = testing::NextMixedOp(rng, o.max_count, o.seed, k);
     f.zero_copy = rng() % 2 == 0;
     f.graph = rng() % 8 == 0;

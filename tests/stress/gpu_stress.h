@@ -2,7 +2,9 @@
 // ranks' CUDA streams, over heap (zero-copy) and cudaMalloc (staged) buffers,
 // eager and graph-replayed; every result read from a second and a third
 // stream after Handle::WaitOn, checked exactly, and the input overwritten on
-// the op's stream right after it.
+// the op's stream right after it. Client-executed ops also count the end
+// barrier's race window from the device trace (Communicator::GetOpTrace);
+// the epilogue and staging windows are not timed on the GPU.
 #ifndef COLLECTIVED_TESTS_STRESS_GPU_STRESS_H_
 #define COLLECTIVED_TESTS_STRESS_GPU_STRESS_H_
 
@@ -15,6 +17,7 @@ namespace collectived::stress {
 
 struct GpuTotals {
   uint64_t passed = 0, failed = 0, wrong = 0, graph_ops = 0, staged_ops = 0;
+  uint64_t windows = 0;  // ops whose end-barrier window the device trace shows open
 };
 
 struct GpuStressOptions {

@@ -4,7 +4,8 @@
 # execution modes. On the host backend the harness also proves each race
 # window opened (timestamps); with --gpu (4 ranks on one GPU, the cuda
 # backend) it runs GPU communicators, and the unsafe runs are judged by their
-# wrong elements (GPU windows are not timed; the delays below open them).
+# wrong elements. On the GPU only the end barrier's window is timed (the
+# device trace; the windows column), so a safe GPU run must show none.
 #   negative-controls.sh [--seconds S] [--gpu] [--parallel]   (per configuration, at most 60 on the host)
 # --parallel runs the configurations at once (a daemon and 4 clients each):
 # long GPU runs fit one device call, at the cost of time-slicing.

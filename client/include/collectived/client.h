@@ -125,7 +125,9 @@ class Handle {
 
 // When each rank finished an op's phases (CLOCK_MONOTONIC ns): lets a stress
 // harness prove that a race window was open. valid == false when the op is
-// older than the status history.
+// older than the status history. GPU communicators (client-executed) trace
+// in the GPU's own clock (ns): compare them only with each other, for ranks
+// of one GPU; index k is the rank's k-th op, eager or graph-replayed.
 struct OpTrace {
   bool valid = false;
   int64_t reads_done_ns = 0;   // finished reading peers' data (0: not yet)
