@@ -123,6 +123,7 @@ Status Communicator::GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) 
     const ring::StatusRecord& rec = seg.status_record(r, index);
     OpTrace& t = (*per_rank)[r];
     t.valid = rec.seq.load(std::memory_order_acquire) == index + 1;
+    t.posted = t.valid;
     t.reads_done_ns = rec.reads_done_ns.load(std::memory_order_acquire);
     t.output_done_ns = rec.output_done_ns.load(std::memory_order_acquire);
     t.completed_ns = rec.completed_ns.load(std::memory_order_acquire);

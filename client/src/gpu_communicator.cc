@@ -523,18 +523,42 @@ void GpuCommunicator::ReleaseQueueLease() { impl_->setup.queue_lease.reset(); }
 Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
   Impl& m = *impl_;
   if (m.setup.daemon_executed) return Status::FailedPrecondition("daemon-executed GPU ops keep no op trace");
+  for (const GpuWindowRef& w : m.setup.ranks) {
+    if (w.device_uuid != m.setup.ranks[0].device_uuid) {
+      // Each GPU's globaltimer runs on its own: times of different GPUs do not compare.
+      return Status::FailedPrecondition("the op trace compares ranks of one GPU only");
+    }
+  }
   DeviceGuard guard(m.setup.device);
   void* c = m.control->device_ptr();
+  // A private stream: a copy on the legacy stream could wait behind this
+  // process's kernels, which may be waiting for ranks this thread posts next.
+  gpuStream_t stream = nullptr;
+  COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking));
+  std::vector<uint64_t> e(m.world() * device::kTraceEntryWords);
+  Status copied = [&]() -> Status {
+    for (uint32_t r = 0; r < m.world(); ++r) {
+      const uint64_t* at =
+          device::GpuControlLayout::Trace(c, r) + (index % device::kTraceDepth) * device::kTraceEntryWords;
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(e.data() + r * device::kTraceEntryWords, at,
+                                           device::kTraceEntryWords * sizeof(uint64_t), gpuMemcpyDeviceToHost, stream));
+    }
+    COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(stream));
+    return Status::Ok();
+  }();
+  gpuStreamDestroy(stream);
+  COLLECTIVED_RETURN_IF_ERROR(copied);
   per_rank->assign(m.world(), OpTrace{});
   for (uint32_t r = 0; r < m.world(); ++r) {
-    uint64_t e[device::kTraceEntryWords] = {};
-    const uint64_t* at = device::GpuControlLayout::Trace(c, r) + (index % device::kTraceDepth) * device::kTraceEntryWords;
-    COLLECTIVED_GPU_CHECK(gpuMemcpy(e, at, sizeof(e), gpuMemcpyDeviceToHost));
+    const uint64_t* w = e.data() + r * device::kTraceEntryWords;
     OpTrace& t = (*per_rank)[r];
-    t.valid = e[0] == index + 1;
-    t.reads_done_ns = static_cast<int64_t>(e[1]);
-    t.output_done_ns = static_cast<int64_t>(e[2]);  // the complete kernel runs after any copy-out
-    t.completed_ns = static_cast<int64_t>(e[2]);
+    t.posted = w[3] == index + 1;
+    // Complete: index + 1 in word 0, and the completion time it was stored after
+    // (one copy may see the new word 0 with an old word 2).
+    t.valid = t.posted && w[0] == index + 1 && w[2] != 0;
+    t.reads_done_ns = t.posted ? static_cast<int64_t>(w[1]) : 0;
+    t.output_done_ns = t.valid ? static_cast<int64_t>(w[2]) : 0;  // the complete kernel runs after any copy-out
+    t.completed_ns = t.output_done_ns;
   }
   return Status::Ok();
 }

@@ -178,7 +178,8 @@ __global__ void PostKernel(uint64_t* counter, uint64_t* op_index, uint64_t* post
     *op_index = index;
     if (trace != nullptr) {
       uint64_t* e = TraceEntry(trace, index + 1);
-      for (uint64_t w = 0; w < kTraceEntryWords; ++w) e[w] = 0;
+      for (uint64_t w = 0; w < kTraceEntryWords - 1; ++w) e[w] = 0;
+      e[3] = index + 1;  // whose entry this is: entries are reused every kTraceDepth ops
     }
     __threadfence_system();
     if (posted_mirror != nullptr) StoreRelease(posted_mirror, index + 1);

@@ -55,8 +55,8 @@ constexpr uint64_t kDescriptorTableWords = uint64_t{kMaxDeviceRanks} * kDescript
 // Op trace, per rank, of the last kTraceDepth ops (entry index % depth), in
 // the GPU's own clock (globaltimer ns): word 0 = index + 1 once complete,
 // 1 = when the kernel's last block finished reading peers, 2 = when the op
-// completed (after any copy-out). A stress harness proves a race window
-// open from it; comparable only between ranks of one GPU.
+// completed (after any copy-out), 3 = index + 1 once posted. A stress harness
+// proves a race window open from it; comparable only between ranks of one GPU.
 constexpr uint64_t kTraceDepth = 64;
 constexpr uint64_t kTraceEntryWords = 4;
 

@@ -117,12 +117,15 @@ GpuTotals RunGpuStress(Client& client, const GpuStressOptions& o, bool (*keep_go
     // The end barrier's window, from the device trace (client-executed): this
     // rank completed while a peer had not finished reading (its reads ended
     // later, or had not ended when this rank looked, after its completion).
-    if (!daemon && st.ok() && ok) {
+    // Only ops that ran to the end: an eager op's verdict says so; a graph op
+    // has none, so only an exact one counts (a failed op's blocks may never
+    // reach the trace).
+    if (!daemon && st.ok() && ok && (!f.graph || wrong == 0)) {
       std::vector<OpTrace> trace;
       if (comm->GetOpTrace(f.index, &trace).ok() && trace[o.rank].valid) {
         const int64_t mine = trace[o.rank].completed_ns;
         for (int p = 0; p < o.world; ++p) {
-          if (p != o.rank && (trace[p].reads_done_ns == 0 || trace[p].reads_done_ns > mine)) {
+          if (p != o.rank && trace[p].posted && (trace[p].reads_done_ns == 0 || trace[p].reads_done_ns > mine)) {
             t.windows++;
             break;
           }

@@ -129,7 +129,8 @@ class Handle {
 // in the GPU's own clock (ns): compare them only with each other, for ranks
 // of one GPU; index k is the rank's k-th op, eager or graph-replayed.
 struct OpTrace {
-  bool valid = false;
+  bool valid = false;          // the rank completed this op
+  bool posted = false;         // the rank took this op (its trace entry is this op's)
   int64_t reads_done_ns = 0;   // finished reading peers' data (0: not yet)
   int64_t output_done_ns = 0;  // last write to its output (0: not yet)
   int64_t completed_ns = 0;    // published completion
