@@ -3,10 +3,7 @@
 # for CONTROL_S seconds, with each daemon's error log shown (where the long
 # run lost a daemon's CUDA context), then the kernel log's Xid lines if the
 # container may read them. Outputs under $OUT.
-cd "$(dirname "$0")"
-bash device-bundle prune . > /dev/null
-export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_BUILD_DIR=$PWD
-out=${OUT:-/tmp}
+source "$(dirname "$0")/gpu_bundle_env.sh"
 timeout $((${CONTROL_S:-200} + 60)) bash negative-controls.sh --gpu --parallel --seconds ${CONTROL_S:-200} 2>&1 \
   | tee "$out/controls_diag.txt"
 echo "## kernel log, Xid lines"

@@ -7,12 +7,7 @@
 # for the full sweep). The bench gets what is left of BATCH_S seconds (570 by
 # default, inside one device call). Outputs under $OUT.
 #   bash gpu-bundle/gpu_device_batch.sh
-cd "$(dirname "$0")"
-bash device-bundle prune . > /dev/null
-export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_DAEMON_BIN=$PWD/bin/collectived
-export COLLECTIVED_TEST_CLIENT_BIN=$PWD/bin/collectived_test_client
-export COLLECTIVED_GPU_TEST_CLIENT_BIN=$PWD/bin/collectived_gpu_test_client COLLECTIVED_BUILD_DIR=$PWD
-out=${OUT:-/tmp}
+source "$(dirname "$0")/gpu_bundle_env.sh"
 timeout 120 ./bin/device_kernels_test > "$out/device_kernels.txt" 2>&1; echo "kernel tests rc=$?"
 grep -E "^\[ +(FAILED|PASSED) |Failure" "$out/device_kernels.txt" | head -20
 timeout 180 ./bin/gpu_daemon_test > "$out/gpu_daemon.txt" 2>&1; echo "gpu tests rc=$?"

@@ -4,12 +4,7 @@
 # under MPS with CUDA_DEVICE_MAX_CONNECTIONS=8 (and the refusal without it),
 # then the GPU negative controls, all four configurations at once, for what
 # is left of BATCH_S seconds (575 by default). Outputs under $OUT.
-cd "$(dirname "$0")"
-bash device-bundle prune . > /dev/null
-export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_DAEMON_BIN=$PWD/bin/collectived
-export COLLECTIVED_TEST_CLIENT_BIN=$PWD/bin/collectived_test_client
-export COLLECTIVED_GPU_TEST_CLIENT_BIN=$PWD/bin/collectived_gpu_test_client COLLECTIVED_BUILD_DIR=$PWD
-out=${OUT:-/tmp}
+source "$(dirname "$0")/gpu_bundle_env.sh"
 timeout 60 ./bin/gpu_daemon_test --gtest_filter='*Queues*:*Staging*:*SizeDependent*' > "$out/gpu_tests.txt" 2>&1
 echo "gpu tests rc=$?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which" "$out/gpu_tests.txt" | head -20

@@ -3,12 +3,7 @@
 # the GPU tests touched by the staging and copy-out-delay changes, a short
 # parallel run of the GPU negative controls, the MPS hardware-queue probe and
 # the all-gather path probe. Outputs under $OUT.
-cd "$(dirname "$0")"
-bash device-bundle prune . > /dev/null
-export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_DAEMON_BIN=$PWD/bin/collectived
-export COLLECTIVED_TEST_CLIENT_BIN=$PWD/bin/collectived_test_client
-export COLLECTIVED_GPU_TEST_CLIENT_BIN=$PWD/bin/collectived_gpu_test_client COLLECTIVED_BUILD_DIR=$PWD
-out=${OUT:-/tmp}
+source "$(dirname "$0")/gpu_bundle_env.sh"
 timeout 120 ./bin/gpu_daemon_test --gtest_filter='*Staging*:*SizeDependent*:*CrossStream*:*EventBefore*' \
   > "$out/gpu_tests.txt" 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(OK|FAILED|PASSED) |Failure|Expected|Which" "$out/gpu_tests.txt" | head -20

@@ -218,22 +218,32 @@ struct GpuOpState {
   }
 };
 
+namespace {
+
+// Polls until `event` fired: OK then; a runtime error, or DEADLINE_EXCEEDED
+// with `what_if_not` after `timeout_ms`.
+Status WaitFired(gpuEvent_t event, int64_t timeout_ms, const std::string& what_if_not) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t polls = 0;; ++polls) {
+    const gpuError_t e = gpuEventQuery(event);
+    if (e == gpuSuccess) return Status::Ok();
+    if (e != gpuErrorNotReady) return device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() >= deadline) return Status::DeadlineExceeded(what_if_not);
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+}  // namespace
+
 Status GpuOpWait(const GpuOpState& op, int64_t timeout_ms) {
   if (op.captured) {
     return Status::FailedPrecondition(
         "this op was captured into a graph: wait for it with Handle::WaitOn(stream) inside the capture, or "
         "synchronize the stream that launches the graph");
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (uint32_t polls = 0;; ++polls) {
-    const gpuError_t e = gpuEventQuery(op.event);
-    if (e == gpuSuccess) return op.Verdict();
-    if (e != gpuErrorNotReady) return device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::DeadlineExceeded("op not complete after " + std::to_string(timeout_ms) + " ms");
-    }
-    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  COLLECTIVED_RETURN_IF_ERROR(
+      WaitFired(op.event, timeout_ms, "op not complete after " + std::to_string(timeout_ms) + " ms"));
+  return op.Verdict();
 }
 
 bool GpuOpTest(const GpuOpState& op, Status* status) {
@@ -269,14 +279,7 @@ struct OpOrder {
 // Waits until `op`'s event fired: the op ran, whatever its verdict. A
 // runtime error is not "ran" (the caller must not free what the op uses).
 Status WaitRan(const GpuOpState& op, int64_t timeout_ms, const char* what_if_not) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (uint32_t polls = 0;; ++polls) {
-    const gpuError_t e = gpuEventQuery(op.event);
-    if (e == gpuSuccess) return Status::Ok();
-    if (e != gpuErrorNotReady) return device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
-    if (std::chrono::steady_clock::now() >= deadline) return Status::DeadlineExceeded(what_if_not);
-    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  return WaitFired(op.event, timeout_ms, what_if_not);
 }
 
 }  // namespace
@@ -390,6 +393,20 @@ struct GpuCommunicator::Impl {
     if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
     a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
     return a;
+  }
+
+  // A staged client-executed op: its `bytes` of input fit the slot, and send
+  // and recv are device memory of this rank's device. `what` names the bytes
+  // in the message; `hint` says which buffers AllocBuffer would make zero-copy.
+  Status CheckStaged(const void* send, const void* recv, uint64_t bytes, const char* what, const char* hint) const {
+    if (bytes > setup.slot_bytes) {
+      return Status::InvalidArgument(std::string(what) + " of " + std::to_string(bytes) +
+                                     " bytes exceeds the staging slot of " + std::to_string(setup.slot_bytes) +
+                                     " bytes (max_message_bytes); allocate " + hint +
+                                     " with Communicator::AllocBuffer to run it zero-copy");
+    }
+    COLLECTIVED_RETURN_IF_ERROR(CheckPointer(send, "send"));
+    return CheckPointer(recv, "recv");
   }
 
   Status CheckPointer(const void* p, const char* what) const {
@@ -689,14 +706,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
     if (send == recv) algo = device::DeviceAlgorithm::kTwoShotPush;  // the launcher's in-place rule, said up front
   } else {
     // Staged through the fixed input slots.
-    if (bytes > m.setup.slot_bytes) {
-      return Status::InvalidArgument("message of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
-                                     std::to_string(m.setup.slot_bytes) +
-                                     " bytes (max_message_bytes); allocate send and recv with "
-                                     "Communicator::AllocBuffer to run it zero-copy");
-    }
-    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
-    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckStaged(send, recv, bytes, "message", "send and recv"));
     for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.staging(k, bytes);
     uint8_t* mine = m.staging(m.setup.rank, bytes);
     copy_in = CopyLater(mine, send, bytes, stream);
@@ -748,14 +758,7 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
     }
     send_off = 0;  // peers do not address this rank's input
   } else {
-    if (bytes > m.setup.slot_bytes) {
-      return Status::InvalidArgument("input of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
-                                     std::to_string(m.setup.slot_bytes) +
-                                     " bytes (max_message_bytes); allocate recv with Communicator::AllocBuffer to "
-                                     "run it zero-copy");
-    }
-    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
-    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
+    COLLECTIVED_RETURN_IF_ERROR(m.CheckStaged(send, recv, bytes, "input", "recv"));
     algo = device::GatherAlgorithm::kPull;
     a.own_output_only = true;
     for (uint32_t k = 0; k < m.world(); ++k) a.inputs[k] = m.staging(k, bytes);
