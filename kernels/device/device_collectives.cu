@@ -359,6 +359,17 @@ struct CopyType<4> { using T = uint32_t; };
 template <>
 struct CopyType<8> { using T = uint64_t; };
 
+// An all-gather's output is written once and not read back by this kernel:
+// a streaming (evict-first) store keeps it from pushing the inputs, which
+// every rank reads, out of L2. HIP has no uint4 overload; a plain store there.
+__device__ __forceinline__ void StoreStreaming(uint4* p, const uint4& v) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  *p = v;
+#else
+  __stcs(p, v);
+#endif
+}
+
 // Copies `packs` 16-byte packs of `in` to byte offset `at` of each of the
 // `nout` outputs. Loads of kCopyUnroll packs are issued before any store, for
 // the same reason as in ReduceRange.
@@ -374,12 +385,12 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
     for (uint32_t j = 0; j < nout; ++j) {
       uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
 #pragma unroll
-      for (int u = 0; u < kCopyUnroll; ++u) out[p + u * nthreads] = v[u];
+      for (int u = 0; u < kCopyUnroll; ++u) StoreStreaming(out + p + u * nthreads, v[u]);
     }
   }
   for (; p < packs; p += nthreads) {
     const uint4 v = in[p];
-    for (uint32_t j = 0; j < nout; ++j) reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at)[p] = v;
+    for (uint32_t j = 0; j < nout; ++j) StoreStreaming(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
   }
 }
 
