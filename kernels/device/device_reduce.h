@@ -20,6 +20,23 @@ namespace collectived::device {
 Status LaunchReduce(DataType dtype, ReduceOp op, void* out, const void* const* in_ptrs, uint32_t n, uint64_t count,
                     gpuStream_t stream, uint32_t max_blocks = 132);
 
+// The SM step of the copy-engine all-reduce: the copy engines have gathered,
+// for each owner r < world, part r of every rank's input into the `world`
+// slots of r in `scratch` (slot (r, k) starts at element (r * world + k) *
+// chunk). outputs[r][j] = slot (r, 0)[j] op ... op slot (r, world - 1)[j] for
+// j < counts[r], one launch for every owner. An output may be one of its own
+// owner's slots (each element is read before it is written).
+constexpr uint32_t kMaxReduceOwners = 16;
+struct ReduceSlotsArgs {
+  const void* scratch = nullptr;
+  uint32_t world = 0;
+  uint64_t chunk = 0;
+  void* outputs[kMaxReduceOwners] = {};
+  uint64_t counts[kMaxReduceOwners] = {};
+};
+Status LaunchReduceSlots(DataType dtype, ReduceOp op, const ReduceSlotsArgs& args, gpuStream_t stream,
+                         uint32_t max_blocks = 132);
+
 }  // namespace collectived::device
 
 #endif  // COLLECTIVED_KERNELS_DEVICE_DEVICE_REDUCE_H_
