@@ -21,6 +21,12 @@ struct DaemonConfig {
   // Daemon-executed GPU all-gathers: "fused" (one kernel) or "copy-engine"
   // (peer copies on the copy engines, no SMs).
   std::string gpu_gather_path = "fused";
+  // Daemon-executed GPU all-reduces: "fused" (one kernel) or "copy-engine"
+  // (the copy engines gather each rank's part into a scratch area, SMs
+  // reduce it, the copy engines broadcast the result), with a scratch area of
+  // at most this many bytes per communicator (larger ops go in pieces).
+  std::string gpu_reduce_path = "fused";
+  uint64_t gpu_copy_engine_scratch_bytes = 256ull << 20;
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;

@@ -12,6 +12,7 @@
 
 #ifdef COLLECTIVED_HAVE_CUDA
 #include "kernels/device/device_collectives.h"
+#include "kernels/device/device_reduce.h"
 #include "kernels/device/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
 #endif
@@ -38,7 +39,9 @@ void GpuExecutor::Stop() {
 
 #ifdef COLLECTIVED_HAVE_CUDA
 
-Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, bool copy_engine_gather,
+static_assert(device::kMaxReduceOwners >= device::kMaxDeviceRanks, "the reduce-slots kernel serves every rank");
+
+Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, const Paths& paths,
                           std::unique_ptr<GpuExecutor>* out) {
   if (!memory->single_device()) {
     // The daemon maps each rank window for its own device only; one fused
@@ -47,7 +50,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
                                  "client-executed mode across GPUs");
   }
   auto ex = std::unique_ptr<GpuExecutor>(new GpuExecutor());
-  ex->copy_engine_gather_ = copy_engine_gather;
+  ex->paths_ = paths;
   ex->seg_ = seg;
   ex->memory_ = std::move(memory);
   COLLECTIVED_GPU_CHECK(gpuSetDevice(ex->memory_->window_ordinal(0)));
@@ -92,6 +95,7 @@ void GpuExecutor::Run() {
     }
   }
   gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
+  ReleaseCopyEngineAllReduce();
   gpuStreamDestroy(static_cast<gpuStream_t>(stream_));
   gpuHostUnregister(registered_);
 }
@@ -120,14 +124,17 @@ Status GpuExecutor::RunOp(uint64_t index) {
   if (es == 0 || d.count == 0) return Status::InvalidArgument("bad descriptor");
   // The ring is client-written memory: bound everything before multiplying or
   // addressing, so no descriptor can make the daemon's kernel fault.
+  const bool gather = d.kind == CollectiveKind::kAllGather;
+  // An all-gather's output holds `world` inputs; an all-reduce's holds one.
   const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
-  if (d.count > largest / es / world) return Status::InvalidArgument("count larger than any slot or heap");
+  if (d.count > largest / es / (gather ? world : 1)) {
+    return Status::InvalidArgument("count " + std::to_string(d.count) + " larger than any slot or heap");
+  }
   for (uint32_t r = 0; r < world; ++r) {
     if (descs[r].send_offset % es != 0 || descs[r].recv_offset % es != 0) {
       return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer is not aligned to its element size");
     }
   }
-  const bool gather = d.kind == CollectiveKind::kAllGather;
   const uint64_t in_bytes = d.count * es, out_bytes = gather ? in_bytes * world : in_bytes;
   device::DeviceRankArgs a;
   a.world = world;
@@ -152,7 +159,7 @@ Status GpuExecutor::RunOp(uint64_t index) {
   auto stream = static_cast<gpuStream_t>(stream_);
   // A peer that gave up (deadline, abort) must not have its buffers written late.
   if (Aborted()) return Status(StatusCode::kCancelled, "aborted");
-  if (gather && copy_engine_gather_) {
+  if (gather && paths_.copy_engine_gather) {
     COLLECTIVED_RETURN_IF_ERROR(device::ValidateFusedAllGather(d.dtype, a));
     // Peer copies: the copy engines move the data, no SM runs a kernel for it.
     for (uint32_t k = 0; k < world; ++k) {
@@ -164,6 +171,8 @@ Status GpuExecutor::RunOp(uint64_t index) {
     }
   } else if (gather) {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllGather(d.dtype, a, device::kMaxBlocks, stream));
+  } else if (paths_.copy_engine_reduce) {
+    COLLECTIVED_RETURN_IF_ERROR(CopyEngineAllReduce(d.dtype, d.reduce_op, a.inputs, a.outputs, world, d.count));
   } else {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, d.reduce_op, a, device::kMaxBlocks, stream));
   }
@@ -181,13 +190,119 @@ Status GpuExecutor::RunOp(uint64_t index) {
   return Status::Ok();
 }
 
+// In pieces that fit the scratch area, each on the daemon's stream:
+// (1) the copy engines copy part r of every rank's piece into owner r's
+//     `world` slots of the scratch;
+// (2) one SM launch reduces each owner's slots into part r of its output;
+// (3) the copy engines copy each owner's reduced part into every other output.
+// Stream order puts all of (1) before (2) and (2) before (3), so an op in
+// place is safe: a piece's inputs are in the scratch before any output of it
+// is written, and later pieces touch other elements.
+Status GpuExecutor::CopyEngineAllReduce(DataType dtype, ReduceOp op, const void* const* inputs,
+                                        void* const* outputs, uint32_t world, uint64_t count) {
+  const uint64_t es = DataTypeSize(dtype);
+  auto stream = static_cast<gpuStream_t>(stream_);
+  if (scratch_ == nullptr) COLLECTIVED_RETURN_IF_ERROR(PrepareCopyEngineAllReduce(world));
+  const uint32_t nlanes = static_cast<uint32_t>(lanes_.size());
+  auto lane = [&](uint32_t r) { return static_cast<gpuStream_t>(lanes_[r % nlanes]); };
+  // The lanes start after what the daemon's stream holds, and it waits for them.
+  auto fork = [&]() -> Status {
+    COLLECTIVED_GPU_CHECK(gpuEventRecord(static_cast<gpuEvent_t>(fork_), stream));
+    for (void* l : lanes_) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(static_cast<gpuStream_t>(l), static_cast<gpuEvent_t>(fork_), 0));
+    return Status::Ok();
+  };
+  auto join = [&]() -> Status {
+    for (uint32_t i = 0; i < nlanes; ++i) {
+      COLLECTIVED_GPU_CHECK(gpuEventRecord(static_cast<gpuEvent_t>(lane_done_[i]), static_cast<gpuStream_t>(lanes_[i])));
+      COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, static_cast<gpuEvent_t>(lane_done_[i]), 0));
+    }
+    return Status::Ok();
+  };
+  const uint64_t chunk_max = scratch_size_ / es / (uint64_t{world} * world);  // elements per slot
+  if (chunk_max == 0) return Status::Internal("copy-engine scratch smaller than one element per slot");
+  const uint64_t piece_max = chunk_max * world;
+  uint8_t* scratch = static_cast<uint8_t*>(scratch_);
+  for (uint64_t base = 0; base < count; base += piece_max) {
+    const uint64_t piece = std::min(piece_max, count - base);
+    const uint64_t chunk = (piece + world - 1) / world;
+    COLLECTIVED_RETURN_IF_ERROR(fork());
+    device::ReduceSlotsArgs ra;
+    ra.scratch = scratch;
+    ra.world = world;
+    ra.chunk = chunk;
+    for (uint32_t r = 0; r < world; ++r) {
+      const uint64_t begin = std::min<uint64_t>(uint64_t{r} * chunk, piece);
+      ra.counts[r] = std::min(chunk, piece - begin);
+      ra.outputs[r] = static_cast<uint8_t*>(outputs[r]) + (base + begin) * es;
+      for (uint32_t k = 0; k < world && ra.counts[r] > 0; ++k) {
+        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(scratch + (uint64_t{r} * world + k) * chunk * es,
+                                             static_cast<const uint8_t*>(inputs[k]) + (base + begin) * es,
+                                             ra.counts[r] * es, gpuMemcpyDeviceToDevice, lane(r)));
+      }
+    }
+    COLLECTIVED_RETURN_IF_ERROR(join());
+    COLLECTIVED_RETURN_IF_ERROR(device::LaunchReduceSlots(dtype, op, ra, stream, device::kMaxBlocks));
+    COLLECTIVED_RETURN_IF_ERROR(fork());
+    for (uint32_t r = 0; r < world; ++r) {
+      const uint64_t at = static_cast<uint8_t*>(ra.outputs[r]) - static_cast<uint8_t*>(outputs[r]);
+      for (uint32_t j = 0; j < world && ra.counts[r] > 0; ++j) {
+        if (j == r) continue;
+        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(static_cast<uint8_t*>(outputs[j]) + at, ra.outputs[r],
+                                             ra.counts[r] * es, gpuMemcpyDeviceToDevice, lane(r)));
+      }
+    }
+    COLLECTIVED_RETURN_IF_ERROR(join());
+  }
+  return Status::Ok();
+}
+
+Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t world) {
+  // No op's input exceeds the larger of the slot and the heap.
+  const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
+  const uint64_t size = std::min<uint64_t>(paths_.scratch_bytes, device::AlignUp(world * largest, 1u << 16));
+  constexpr uint32_t kMaxLanes = 4;
+  for (uint32_t i = 0; i < std::min(world, kMaxLanes); ++i) {
+    gpuStream_t s;
+    gpuEvent_t e;
+    COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&s, gpuStreamNonBlocking));
+    lanes_.push_back(s);
+    COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&e, gpuEventDisableTiming));
+    lane_done_.push_back(e);
+  }
+  gpuEvent_t f;
+  COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&f, gpuEventDisableTiming));
+  fork_ = f;
+  COLLECTIVED_GPU_CHECK(gpuMalloc(&scratch_, size));
+  scratch_size_ = size;
+  spdlog::info("communicator {}: copy-engine all-reduce scratch of {} bytes, {} copy lanes", seg_.header().comm_id,
+               size, lanes_.size());
+  return Status::Ok();
+}
+
+void GpuExecutor::ReleaseCopyEngineAllReduce() {
+  for (void* l : lanes_) gpuStreamSynchronize(static_cast<gpuStream_t>(l));
+  for (void* l : lanes_) gpuStreamDestroy(static_cast<gpuStream_t>(l));
+  for (void* e : lane_done_) gpuEventDestroy(static_cast<gpuEvent_t>(e));
+  if (fork_ != nullptr) gpuEventDestroy(static_cast<gpuEvent_t>(fork_));
+  if (scratch_ != nullptr) gpuFree(scratch_);
+  lanes_.clear();
+  lane_done_.clear();
+  fork_ = scratch_ = nullptr;
+}
+
 #else  // no CUDA toolkit at build time
 
-Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, bool, std::unique_ptr<GpuExecutor>*) {
+Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, const Paths&,
+                          std::unique_ptr<GpuExecutor>*) {
   return Status::FailedPrecondition("this collectived was built without the CUDA backend");
 }
 void GpuExecutor::Run() {}
 Status GpuExecutor::RunOp(uint64_t) { return Status::Ok(); }
+Status GpuExecutor::CopyEngineAllReduce(DataType, ReduceOp, const void* const*, void* const*, uint32_t, uint64_t) {
+  return Status::Ok();
+}
+Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t) { return Status::Ok(); }
+void GpuExecutor::ReleaseCopyEngineAllReduce() {}
 
 #endif
 

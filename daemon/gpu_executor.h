@@ -2,7 +2,8 @@
 // consumes every rank's op ring in index order (clients' ring-post kernels
 // fill it, stream-ordered after their inputs), matches the descriptors, runs
 // every rank's part in one fused launch on the daemon's stream, and publishes
-// each rank's completion from that stream. The clients' wait kernels spin on
+// each rank's completion from that stream. It also hosts the copy-engine
+// paths (Paths). The clients' wait kernels spin on
 // it. Built with the CUDA toolkit; elsewhere Start() refuses.
 #ifndef COLLECTIVED_DAEMON_GPU_EXECUTOR_H_
 #define COLLECTIVED_DAEMON_GPU_EXECUTOR_H_
@@ -11,8 +12,10 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "collectived/status.h"
+#include "collectived/types.h"
 #include "daemon/gpu_comm_memory.h"
 #include "ring/segment_layout.h"
 
@@ -20,9 +23,13 @@ namespace collectived::daemon {
 
 class GpuExecutor {
  public:
+  struct Paths {
+    bool copy_engine_gather = false;  // all-gathers as peer copies on the copy engines
+    bool copy_engine_reduce = false;  // all-reduces: copy-engine movement, SM reduction
+    uint64_t scratch_bytes = 256ull << 20;  // the copy-engine all-reduce's scratch, at most
+  };
   // `memory` must outlive the executor.
-  // copy_engine_gather: all-gathers as peer copies on the copy engines.
-  static Status Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, bool copy_engine_gather,
+  static Status Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, const Paths& paths,
                       std::unique_ptr<GpuExecutor>* out);
   ~GpuExecutor();  // Stop()
   void Stop();
@@ -39,7 +46,23 @@ class GpuExecutor {
 
   ring::CommSegment seg_;
   std::shared_ptr<GpuCommMemory> memory_;
-  bool copy_engine_gather_ = false;
+  // Enqueues a copy-engine all-reduce of rank k's `inputs[k]` into every
+  // `outputs[r]` (device pointers in the daemon's mappings).
+  Status CopyEngineAllReduce(DataType dtype, ReduceOp op, const void* const* inputs, void* const* outputs,
+                             uint32_t world, uint64_t count);
+
+  Status PrepareCopyEngineAllReduce(uint32_t world);  // scratch and lanes, at the first such op
+  void ReleaseCopyEngineAllReduce();                 // after the daemon's stream drained
+
+  Paths paths_;
+  void* scratch_ = nullptr;
+  uint64_t scratch_size_ = 0;
+  // Streams the copies are spread over, so several copy engines work at once
+  // (one stream runs its copies one after another), and an event per lane
+  // plus one to fork them from the daemon's stream.
+  std::vector<void*> lanes_;
+  std::vector<void*> lane_done_;
+  void* fork_ = nullptr;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ops_{0};
   std::atomic<uint64_t> handoff_ns_{0};

@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-gather-path", cfg.gpu_gather_path,
                  "daemon-executed GPU all-gather: fused (one kernel) | copy-engine (peer copies, no SMs)")
       ->capture_default_str()->check(CLI::IsMember({"fused", "copy-engine"}));
+  app.add_option("--gpu-reduce-path", cfg.gpu_reduce_path,
+                 "daemon-executed GPU all-reduce: fused (one kernel) | copy-engine (copy engines move, SMs reduce)")
+      ->capture_default_str()->check(CLI::IsMember({"fused", "copy-engine"}));
+  app.add_option("--gpu-copy-engine-scratch-bytes", cfg.gpu_copy_engine_scratch_bytes,
+                 "scratch per communicator for the copy-engine all-reduce (larger ops run in pieces)")
+      ->capture_default_str()->check(CLI::Range(uint64_t{1} << 16, uint64_t{1} << 40));
   app.add_flag("--unsafe-skip-end-barrier", cfg.unsafe_skip_end_barrier,
                "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
   app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,

@@ -500,7 +500,11 @@ Status Registry::FormGpuLocked(Comm& comm) {
   comm.gpu_memory = std::move(mem);
   if (comm.mode == ExecutionMode::kDaemon) {
     std::unique_ptr<GpuExecutor> ex;
-    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, config_.gpu_gather_path == "copy-engine", &ex);
+    GpuExecutor::Paths paths;
+    paths.copy_engine_gather = config_.gpu_gather_path == "copy-engine";
+    paths.copy_engine_reduce = config_.gpu_reduce_path == "copy-engine";
+    paths.scratch_bytes = config_.gpu_copy_engine_scratch_bytes;
+    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, paths, &ex);
     if (!s.ok()) {
       spdlog::error("GPU communicator {} '{}': daemon executor not started: {}", comm.id, comm.key, s.ToString());
       comm.gpu_memory.reset();

@@ -856,6 +856,91 @@ TEST(GpuDaemonTest, CopyEngineAllGatherIsExact) {
   }
 }
 
+// A daemon-executed all-reduce's input may be as large as the heap allows: the
+// daemon once bounded every op as if it were an all-gather (heap / world), and
+// refused a 24 MiB all-reduce of 4 ranks on a 64 MiB heap.
+TEST(GpuDaemonTest, DaemonExecutedAllReduceMayFillMostOfTheHeap) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 4;
+  const uint64_t heap = 64ull << 20, count = 6ull << 20;  // 24 MiB of float32 > heap / n
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "big-ar", n, heap, ExecutionMode::kDaemon).ok());
+  Buffers b;
+  ASSERT_TRUE(b.Init(ranks, true, count * 4, count * 4).ok());
+  std::vector<Handle> h(n);
+  for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, 1400, count, b.send[r], b.recv[r]);
+  for (uint32_t r = 0; r < n; ++r) {
+    Status s = ranks.comms[r]->AllReduce(b.send[r], b.recv[r], count, DataType::kFloat32, ReduceOp::kSum,
+                                         ranks.streams[r], &h[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    Status s = h[r].Wait();
+    ASSERT_TRUE(s.ok()) << s.ToString() << d.Log();
+    auto out = Download(b.recv[r], count * 4);
+    EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 1400, out.data(), count), 0u);
+  }
+}
+
+// The copy-engine all-reduce (daemon-executed): every dtype x op, in and out
+// of place, heap and staged buffers, at 3 and 4 ranks. A 1 MiB scratch makes
+// the largest count run in 12 to 32 pieces, the last one shorter and split
+// unevenly.
+TEST(GpuDaemonTest, CopyEngineAllReduceIsExact) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--gpu-reduce-path", "copy-engine", "--gpu-copy-engine-scratch-bytes", "1048576"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const DataType types[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16, DataType::kInt32,
+                            DataType::kFloat64, DataType::kInt64,    DataType::kUint32};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+  uint64_t seed = 1300;
+  for (uint32_t n : {3u, 4u}) {
+    Ranks ranks;
+    ASSERT_TRUE(ranks.Create(d, "ce-ar-" + std::to_string(n), n, 64ull << 20, ExecutionMode::kDaemon).ok());
+    for (bool zero_copy : {true, false}) {
+      const uint64_t max_count = (1u << 20) - 5;  // 8-byte types still fit the staging slot
+      Buffers b;
+      ASSERT_TRUE(b.Init(ranks, zero_copy, max_count * 8, max_count * 8).ok());
+      for (DataType dt : types) {
+        for (ReduceOp op : ops) {
+          if (!IsValidReduction(dt, op)) continue;
+          // Every pair at a small odd count; the pieces for a few.
+          const bool large = (dt == DataType::kFloat32 && op == ReduceOp::kSum) ||
+                             (dt == DataType::kBFloat16 && op == ReduceOp::kMax) ||
+                             (dt == DataType::kInt64 && op == ReduceOp::kProd);
+          std::vector<uint64_t> counts = {uint64_t{1}, uint64_t{4099}};
+          if (large) counts.push_back(max_count);
+          for (uint64_t count : counts) {
+            for (bool in_place : {false, true}) {
+              ++seed;
+              std::vector<Handle> h(n);
+              for (uint32_t r = 0; r < n; ++r) {
+                Prepare(dt, op, false, n, r, seed, count, in_place ? b.recv[r] : b.send[r], b.recv[r]);
+              }
+              for (uint32_t r = 0; r < n; ++r) {
+                Status s = ranks.comms[r]->AllReduce(in_place ? b.recv[r] : b.send[r], b.recv[r], count, dt, op,
+                                                     ranks.streams[r], &h[r]);
+                ASSERT_TRUE(s.ok()) << s.ToString();
+              }
+              for (uint32_t r = 0; r < n; ++r) {
+                Status s = h[r].Wait();
+                ASSERT_TRUE(s.ok()) << s.ToString() << d.Log();
+                auto out = Download(b.recv[r], count * DataTypeSize(dt));
+                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
+                    << "copy-engine all-reduce n=" << n << (zero_copy ? " heap " : " staged ") << DataTypeName(dt)
+                    << " " << ReduceOpName(op) << " count=" << count << (in_place ? " in place" : "");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_NE(d.Log().find("copy-engine all-reduce scratch of 1048576 bytes, 3 copy lanes"), std::string::npos) << d.Log();
+}
+
 std::string GpuClientBin() {
   const char* e = std::getenv("COLLECTIVED_GPU_TEST_CLIENT_BIN");
   return e != nullptr ? e : COLLECTIVED_GPU_TEST_CLIENT_BIN;
