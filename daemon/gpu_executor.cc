@@ -88,6 +88,10 @@ void GpuExecutor::Run() {
     if (!s.ok()) {
       spdlog::error("communicator {}: daemon-executed GPU op {} failed: {}", seg_.header().comm_id, index,
                     s.ToString());
+      // Copies of the failed op may still run: let them land before the
+      // clients hear of the abort and reuse their buffers.
+      for (void* l : lanes_) gpuStreamSynchronize(static_cast<gpuStream_t>(l));
+      gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
       seg_.Abort(s.code(), ("op " + std::to_string(index) + ": " + s.message()).c_str());
       Status set = memory_->SetAbort();  // after the reason: the clients' kernels stop spinning
       if (!set.ok()) spdlog::error("could not set the abort word: {}", set.ToString());
@@ -172,6 +176,8 @@ Status GpuExecutor::RunOp(uint64_t index) {
   } else if (gather) {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllGather(d.dtype, a, device::kMaxBlocks, stream));
   } else if (paths_.copy_engine_reduce) {
+    // Checked before the first copy: a refused op leaves nothing queued.
+    COLLECTIVED_RETURN_IF_ERROR(device::ValidateFusedAllReduce(d.dtype, d.reduce_op, a));
     COLLECTIVED_RETURN_IF_ERROR(CopyEngineAllReduce(d.dtype, d.reduce_op, a.inputs, a.outputs, world, d.count));
   } else {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, d.reduce_op, a, device::kMaxBlocks, stream));
@@ -202,7 +208,13 @@ Status GpuExecutor::CopyEngineAllReduce(DataType dtype, ReduceOp op, const void*
                                         void* const* outputs, uint32_t world, uint64_t count) {
   const uint64_t es = DataTypeSize(dtype);
   auto stream = static_cast<gpuStream_t>(stream_);
-  if (scratch_ == nullptr) COLLECTIVED_RETURN_IF_ERROR(PrepareCopyEngineAllReduce(world));
+  if (scratch_ == nullptr) {
+    Status prepared = PrepareCopyEngineAllReduce(world);
+    if (!prepared.ok()) {
+      ReleaseCopyEngineAllReduce();  // whatever was made; the next op starts over
+      return prepared;
+    }
+  }
   const uint32_t nlanes = static_cast<uint32_t>(lanes_.size());
   auto lane = [&](uint32_t r) { return static_cast<gpuStream_t>(lanes_[r % nlanes]); };
   // The lanes start after what the daemon's stream holds, and it waits for them.
@@ -260,6 +272,10 @@ Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t world) {
   // No op's input exceeds the larger of the slot and the heap.
   const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
   const uint64_t size = std::min<uint64_t>(paths_.scratch_bytes, device::AlignUp(world * largest, 1u << 16));
+  if (size < uint64_t{world} * world * 8) {
+    return Status::InvalidArgument("copy-engine scratch of " + std::to_string(size) + " bytes holds less than one "
+                                   "8-byte element per slot for " + std::to_string(world) + " ranks");
+  }
   constexpr uint32_t kMaxLanes = 4;
   for (uint32_t i = 0; i < std::min(world, kMaxLanes); ++i) {
     gpuStream_t s;

@@ -1,5 +1,7 @@
 #include "kernels/device/device_collectives.h"
 
+#include "kernels/device/device_reduce.h"
+
 #include <string>
 
 #include "kernels/device/gpu_check.h"
@@ -519,6 +521,7 @@ Status Preload(K kernel) {
 }  // namespace
 
 Status PreloadKernels() {
+  COLLECTIVED_RETURN_IF_ERROR(PreloadReduceKernels());
   COLLECTIVED_RETURN_IF_ERROR(Preload(PostKernel));
   COLLECTIVED_RETURN_IF_ERROR(Preload(CompleteKernel));
   COLLECTIVED_RETURN_IF_ERROR(Preload(WaitKernel));
@@ -631,6 +634,14 @@ Status ValidateFusedAllGather(DataType dtype, const DeviceRankArgs& args) {
   return CheckAllGather(dtype, args, 1, false, GatherAlgorithm::kPush);
 }
 
+Status ValidateFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& args) {
+  if (!IsValidReduction(dtype, op)) return Status::InvalidArgument("reduction not allowed on this type");
+  COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, 1, false));
+  const uint64_t bytes = args.count * DataTypeSize(dtype);
+  bool in_place = false;  // safe either way: each element is read from every input before any output is written
+  return CheckPlacement(args, bytes, bytes, 0, &in_place);
+}
+
 Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args, uint32_t blocks,
                        gpuStream_t stream) {
   COLLECTIVED_RETURN_IF_ERROR(CheckAllReduce(dtype, op, &algo, args, blocks));
@@ -648,11 +659,8 @@ Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const 
 
 Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& args, uint32_t blocks,
                             gpuStream_t stream) {
-  if (!IsValidReduction(dtype, op)) return Status::InvalidArgument("reduction not allowed on this type");
+  COLLECTIVED_RETURN_IF_ERROR(ValidateFusedAllReduce(dtype, op, args));
   COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, false));
-  const uint64_t bytes = args.count * DataTypeSize(dtype);
-  bool in_place = false;  // safe either way: each element is read from every input before any output is written
-  COLLECTIVED_RETURN_IF_ERROR(CheckPlacement(args, bytes, bytes, 0, &in_place));
   const bool vec = AllAligned(args);
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);

@@ -143,8 +143,9 @@ Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t*
 Status ValidateAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const DeviceRankArgs& args,
                          uint32_t blocks);
 Status ValidateAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t blocks, GatherAlgorithm algo);
-// Placement checks of a fused (or copy-engine) all-gather.
+// Type and placement checks of a fused (or copy-engine) all-gather / all-reduce.
 Status ValidateFusedAllGather(DataType dtype, const DeviceRankArgs& args);
+Status ValidateFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& args);
 
 // Fused all-reduce for ranks that share one device and one launcher (the
 // daemon): a single kernel reads each input once and writes each output once.

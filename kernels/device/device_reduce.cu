@@ -1,13 +1,14 @@
 #include "kernels/device/device_reduce.h"
 
 #include <string>
-#include <type_traits>
 
 #include "kernels/device/gpu_check.h"
 #include "kernels/device/reduce_ops.cuh"
 
 namespace collectived::device {
 namespace {
+
+constexpr uint32_t kThreads = 512;
 
 template <typename T, ReduceOp kOp>
 __global__ void ReduceKernel(T* __restrict__ out, const void* const* __restrict__ in, uint32_t n, uint64_t count) {
@@ -17,6 +18,7 @@ __global__ void ReduceKernel(T* __restrict__ out, const void* const* __restrict_
   }
 }
 
+// Owner blockIdx.y reduces its `world` slots of the scratch.
 template <typename T, ReduceOp kOp>
 __global__ void ReduceSlotsKernel(ReduceSlotsArgs a) {
   const uint32_t r = blockIdx.y;
@@ -30,61 +32,10 @@ __global__ void ReduceSlotsKernel(ReduceSlotsArgs a) {
   }
 }
 
-// Runs `launch.template operator()<kOp>()` for the runtime `op`: one switch
-// for every reduction kernel of this file.
-template <typename T, typename Launch>
-void DispatchOp(ReduceOp op, Launch&& launch) {
-  switch (op) {
-    case ReduceOp::kSum: launch.template operator()<ReduceOp::kSum>(); break;
-    case ReduceOp::kProd: launch.template operator()<ReduceOp::kProd>(); break;
-    case ReduceOp::kMin: launch.template operator()<ReduceOp::kMin>(); break;
-    case ReduceOp::kMax: launch.template operator()<ReduceOp::kMax>(); break;
-    case ReduceOp::kAvg:
-      if constexpr (!std::is_integral_v<T>) launch.template operator()<ReduceOp::kAvg>();
-      break;
-    default: break;
-  }
-}
-
-template <typename T>
-Status LaunchTyped(ReduceOp op, void* out, const void* const* in, uint32_t n, uint64_t count, gpuStream_t stream,
-                   uint32_t max_blocks) {
-  constexpr uint32_t kThreads = 512;
+// Blocks for `count` elements, at most `max_blocks`, at least one.
+uint32_t GridFor(uint64_t count, uint64_t max_blocks) {
   const uint64_t want = (count + kThreads - 1) / kThreads;
-  const uint32_t blocks = static_cast<uint32_t>(want < max_blocks ? (want == 0 ? 1 : want) : max_blocks);
-  T* o = static_cast<T*>(out);
-  DispatchOp<T>(op, [&]<ReduceOp kOp>() { ReduceKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(o, in, n, count); });
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
-template <typename T>
-Status LaunchSlotsTyped(ReduceOp op, const ReduceSlotsArgs& a, gpuStream_t stream, uint32_t max_blocks) {
-  constexpr uint32_t kThreads = 512;
-  uint64_t most = 0;
-  for (uint32_t r = 0; r < a.world; ++r) most = a.counts[r] > most ? a.counts[r] : most;
-  const uint64_t want = (most + kThreads - 1) / kThreads;
-  // The owners share the GPU: max_blocks in all, at least one per owner.
-  const uint64_t per_owner = max_blocks / a.world > 0 ? max_blocks / a.world : 1;
-  const dim3 grid(static_cast<uint32_t>(want < per_owner ? (want == 0 ? 1 : want) : per_owner), a.world);
-  DispatchOp<T>(op, [&]<ReduceOp kOp>() { ReduceSlotsKernel<T, kOp><<<grid, kThreads, 0, stream>>>(a); });
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
-// Runs `launch.template operator()<T>()` for the runtime `dtype`.
-template <typename Launch>
-Status DispatchType(DataType dtype, Launch&& launch) {
-  switch (dtype) {
-    case DataType::kFloat32: return launch.template operator()<float>();
-    case DataType::kFloat64: return launch.template operator()<double>();
-    case DataType::kFloat16: return launch.template operator()<gpu_half>();
-    case DataType::kBFloat16: return launch.template operator()<gpu_bfloat16>();
-    case DataType::kInt32: return launch.template operator()<int32_t>();
-    case DataType::kInt64: return launch.template operator()<int64_t>();
-    case DataType::kUint32: return launch.template operator()<uint32_t>();
-    default: return Status::InvalidArgument("unknown data type");
-  }
+  return static_cast<uint32_t>(want == 0 ? 1 : (want < max_blocks ? want : max_blocks));
 }
 
 Status CheckReduction(DataType dtype, ReduceOp op) {
@@ -101,7 +52,12 @@ Status LaunchReduce(DataType dtype, ReduceOp op, void* out, const void* const* i
                     gpuStream_t stream, uint32_t max_blocks) {
   COLLECTIVED_RETURN_IF_ERROR(CheckReduction(dtype, op));
   if (n == 0 || max_blocks == 0) return Status::InvalidArgument("need at least one input and one block");
-  return DispatchType(dtype, [&]<typename T>() { return LaunchTyped<T>(op, out, in_ptrs, n, count, stream, max_blocks); });
+  const uint32_t blocks = GridFor(count, max_blocks);
+  DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
+    ReduceKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(out), in_ptrs, n, count);
+  });
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
 }
 
 Status LaunchReduceSlots(DataType dtype, ReduceOp op, const ReduceSlotsArgs& args, gpuStream_t stream,
@@ -111,10 +67,35 @@ Status LaunchReduceSlots(DataType dtype, ReduceOp op, const ReduceSlotsArgs& arg
     return Status::InvalidArgument("reduce slots: need 1 to " + std::to_string(kMaxReduceOwners) +
                                    " owners, a scratch area and at least one block");
   }
+  uint64_t most = 0;
   for (uint32_t r = 0; r < args.world; ++r) {
     if (args.counts[r] > args.chunk) return Status::InvalidArgument("reduce slots: a count exceeds the slot");
+    most = args.counts[r] > most ? args.counts[r] : most;
   }
-  return DispatchType(dtype, [&]<typename T>() { return LaunchSlotsTyped<T>(op, args, stream, max_blocks); });
+  // The owners share the GPU: max_blocks in all, at least one per owner.
+  const uint32_t per_owner = max_blocks / args.world > 0 ? max_blocks / args.world : 1;
+  const dim3 grid(GridFor(most, per_owner), args.world);
+  DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
+    ReduceSlotsKernel<T, kOp><<<grid, kThreads, 0, stream>>>(args);
+  });
+  COLLECTIVED_GPU_CHECK(gpuGetLastError());
+  return Status::Ok();
+}
+
+Status PreloadReduceKernels() {
+  for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                      DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+      if (!IsValidReduction(dt, op)) continue;
+      COLLECTIVED_RETURN_IF_ERROR(DispatchReduction(dt, op, []<typename T, ReduceOp kOp>() -> Status {
+        gpuFuncAttributes attr;
+        COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(ReduceKernel<T, kOp>)));
+        COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(ReduceSlotsKernel<T, kOp>)));
+        return Status::Ok();
+      }));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace collectived::device

@@ -37,6 +37,10 @@ struct ReduceSlotsArgs {
 Status LaunchReduceSlots(DataType dtype, ReduceOp op, const ReduceSlotsArgs& args, gpuStream_t stream,
                          uint32_t max_blocks = 132);
 
+// Loads this file's kernels now (the first launch of a lazily loaded module
+// may block the host), like PreloadKernels, which calls it.
+Status PreloadReduceKernels();
+
 }  // namespace collectived::device
 
 #endif  // COLLECTIVED_KERNELS_DEVICE_DEVICE_REDUCE_H_

@@ -941,6 +941,32 @@ TEST(GpuDaemonTest, CopyEngineAllReduceIsExact) {
   EXPECT_NE(d.Log().find("copy-engine all-reduce scratch of 1048576 bytes, 3 copy lanes"), std::string::npos) << d.Log();
 }
 
+// A rank whose output starts inside its own input (neither in place nor
+// disjoint) is refused on the copy-engine path before any copy: its pieces
+// would otherwise overwrite input the next piece has yet to read.
+TEST(GpuDaemonTest, CopyEngineAllReduceRefusesPartlyOverlappingBuffers) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--gpu-reduce-path", "copy-engine", "--gpu-copy-engine-scratch-bytes", "65536"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count = 100000;
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "ce-overlap", n, 4ull << 20, ExecutionMode::kDaemon).ok());
+  Buffers b;
+  ASSERT_TRUE(b.Init(ranks, true, (count + 1) * 4, 4).ok());
+  std::vector<Handle> h(n);
+  std::vector<Status> s(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    s[r] = ranks.comms[r]->AllReduce(b.send[r], static_cast<uint8_t*>(b.send[r]) + 4, count, DataType::kFloat32,
+                                     ReduceOp::kSum, ranks.streams[r], &h[r]);
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    if (s[r].ok()) s[r] = h[r].Wait();
+    EXPECT_FALSE(s[r].ok()) << "rank " << r;
+    EXPECT_NE(s[r].message().find("overlap"), std::string::npos) << s[r].ToString();
+  }
+}
+
 std::string GpuClientBin() {
   const char* e = std::getenv("COLLECTIVED_GPU_TEST_CLIENT_BIN");
   return e != nullptr ? e : COLLECTIVED_GPU_TEST_CLIENT_BIN;
