@@ -7,6 +7,7 @@
 #include <chrono>
 #include <vector>
 
+#include "daemon/copy_engine_plan.h"
 #include "ring/matcher.h"
 #include "ring/wait.h"
 
@@ -220,47 +221,47 @@ Status GpuExecutor::CopyEngineAllReduce(DataType dtype, ReduceOp op, const void*
   // The lanes start after what the daemon's stream holds, and it waits for them.
   auto fork = [&]() -> Status {
     COLLECTIVED_GPU_CHECK(gpuEventRecord(static_cast<gpuEvent_t>(fork_), stream));
-    for (void* l : lanes_) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(static_cast<gpuStream_t>(l), static_cast<gpuEvent_t>(fork_), 0));
+    for (void* l : lanes_) {
+      COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(static_cast<gpuStream_t>(l), static_cast<gpuEvent_t>(fork_), 0));
+    }
     return Status::Ok();
   };
   auto join = [&]() -> Status {
     for (uint32_t i = 0; i < nlanes; ++i) {
-      COLLECTIVED_GPU_CHECK(gpuEventRecord(static_cast<gpuEvent_t>(lane_done_[i]), static_cast<gpuStream_t>(lanes_[i])));
-      COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, static_cast<gpuEvent_t>(lane_done_[i]), 0));
+      auto done = static_cast<gpuEvent_t>(lane_done_[i]);
+      COLLECTIVED_GPU_CHECK(gpuEventRecord(done, static_cast<gpuStream_t>(lanes_[i])));
+      COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, done, 0));
     }
     return Status::Ok();
   };
-  const uint64_t chunk_max = scratch_size_ / es / (uint64_t{world} * world);  // elements per slot
-  if (chunk_max == 0) return Status::Internal("copy-engine scratch smaller than one element per slot");
-  const uint64_t piece_max = chunk_max * world;
+  CopyEnginePlan plan;
+  COLLECTIVED_RETURN_IF_ERROR(CopyEnginePlan::Make(world, count, es, scratch_size_, &plan));
   uint8_t* scratch = static_cast<uint8_t*>(scratch_);
-  for (uint64_t base = 0; base < count; base += piece_max) {
-    const uint64_t piece = std::min(piece_max, count - base);
-    const uint64_t chunk = (piece + world - 1) / world;
+  for (uint64_t i = 0; i < plan.pieces(); ++i) {
     COLLECTIVED_RETURN_IF_ERROR(fork());
     device::ReduceSlotsArgs ra;
     ra.scratch = scratch;
     ra.world = world;
-    ra.chunk = chunk;
+    ra.chunk = plan.chunk(i);
     for (uint32_t r = 0; r < world; ++r) {
-      const uint64_t begin = std::min<uint64_t>(uint64_t{r} * chunk, piece);
-      ra.counts[r] = std::min(chunk, piece - begin);
-      ra.outputs[r] = static_cast<uint8_t*>(outputs[r]) + (base + begin) * es;
-      for (uint32_t k = 0; k < world && ra.counts[r] > 0; ++k) {
-        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(scratch + (uint64_t{r} * world + k) * chunk * es,
-                                             static_cast<const uint8_t*>(inputs[k]) + (base + begin) * es,
-                                             ra.counts[r] * es, gpuMemcpyDeviceToDevice, lane(r)));
+      const CopyEnginePlan::Part p = plan.part(i, r);
+      ra.counts[r] = p.count;
+      ra.outputs[r] = static_cast<uint8_t*>(outputs[r]) + p.begin * es;
+      for (uint32_t k = 0; k < world && p.count > 0; ++k) {
+        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(scratch + plan.slot(i, r, k) * es,
+                                             static_cast<const uint8_t*>(inputs[k]) + p.begin * es, p.count * es,
+                                             gpuMemcpyDeviceToDevice, lane(r)));
       }
     }
     COLLECTIVED_RETURN_IF_ERROR(join());
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchReduceSlots(dtype, op, ra, stream, device::kMaxBlocks));
     COLLECTIVED_RETURN_IF_ERROR(fork());
     for (uint32_t r = 0; r < world; ++r) {
-      const uint64_t at = static_cast<uint8_t*>(ra.outputs[r]) - static_cast<uint8_t*>(outputs[r]);
-      for (uint32_t j = 0; j < world && ra.counts[r] > 0; ++j) {
+      const CopyEnginePlan::Part p = plan.part(i, r);
+      for (uint32_t j = 0; j < world && p.count > 0; ++j) {
         if (j == r) continue;
-        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(static_cast<uint8_t*>(outputs[j]) + at, ra.outputs[r],
-                                             ra.counts[r] * es, gpuMemcpyDeviceToDevice, lane(r)));
+        COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(static_cast<uint8_t*>(outputs[j]) + p.begin * es, ra.outputs[r],
+                                             p.count * es, gpuMemcpyDeviceToDevice, lane(r)));
       }
     }
     COLLECTIVED_RETURN_IF_ERROR(join());
@@ -272,10 +273,8 @@ Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t world) {
   // No op's input exceeds the larger of the slot and the heap.
   const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
   const uint64_t size = std::min<uint64_t>(paths_.scratch_bytes, device::AlignUp(world * largest, 1u << 16));
-  if (size < uint64_t{world} * world * 8) {
-    return Status::InvalidArgument("copy-engine scratch of " + std::to_string(size) + " bytes holds less than one "
-                                   "8-byte element per slot for " + std::to_string(world) + " ranks");
-  }
+  CopyEnginePlan any;  // the scratch must serve every element size, 8 bytes the largest
+  COLLECTIVED_RETURN_IF_ERROR(CopyEnginePlan::Make(world, 0, 8, size, &any));
   constexpr uint32_t kMaxLanes = 4;
   for (uint32_t i = 0; i < std::min(world, kMaxLanes); ++i) {
     gpuStream_t s;
