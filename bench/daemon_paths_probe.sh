@@ -4,7 +4,7 @@
 # --gpu-gather-path copy-engine): a checked sweep (every element compared),
 # then throughput, 2 ranks as sessions of one process and 8 as processes.
 #   bench/daemon_paths_probe.sh BIN [all_reduce|all_gather]   (default all_reduce)
-# Output: stdout and $OUT/daemon_paths_probe.txt. Succeeds bench/gather_paths_probe.sh.
+# Output: stdout and $OUT/daemon_paths_probe_KIND.txt. Succeeds bench/gather_paths_probe.sh.
 set -u
 bin=$(cd "$1" && pwd)
 kind=${2:-all_reduce}
@@ -33,6 +33,6 @@ nvidia-cuda-mps-control -d || { echo "MPS did not start"; exit 1; }
     kill -TERM "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null
     grep -E "scratch|error|warn" "$work/d.log" | head -5
   done
-} 2>&1 | tee "${OUT:-/tmp}/daemon_paths_probe.txt"
+} 2>&1 | tee "${OUT:-/tmp}/daemon_paths_probe_$kind.txt"
 echo quit | nvidia-cuda-mps-control
 rm -rf "$work"
