@@ -134,6 +134,31 @@ void Prepare(DataType dt, ReduceOp op, bool gather, uint32_t world, uint32_t r, 
   ASSERT_TRUE(Upload(send, in).ok());
 }
 
+// One all-reduce on every rank of `ranks` (rank r's input in b.send[r], or in
+// b.recv[r] in place), every rank's result checked exactly; `what` names the
+// case in failures.
+void CheckedAllReduce(const Daemon& d, Ranks& ranks, Buffers& b, DataType dt, ReduceOp op, uint64_t count,
+                      bool in_place, uint64_t seed, const std::string& what) {
+  const uint32_t n = ranks.n();
+  std::vector<Handle> h(n);
+  for (uint32_t r = 0; r < n; ++r) {  // in place: poison first, then the input into recv
+    Prepare(dt, op, false, n, r, seed, count, in_place ? b.recv[r] : b.send[r], b.recv[r]);
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    Status s = ranks.comms[r]->AllReduce(in_place ? b.recv[r] : b.send[r], b.recv[r], count, dt, op,
+                                         ranks.streams[r], &h[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    Status s = h[r].Wait();
+    ASSERT_TRUE(s.ok()) << s.ToString() << d.Log();
+    auto out = Download(b.recv[r], count * DataTypeSize(dt));
+    EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
+        << what << " n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " count=" << count
+        << (in_place ? " in place" : "") << " rank " << r;
+  }
+}
+
 std::unique_ptr<v1::CollectiveService::Stub> RawStub(const Daemon& d) {
   return v1::CollectiveService::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
 }
@@ -186,25 +211,8 @@ TEST(GpuDaemonTest, AllReduceAndAllGatherAreExactStagedAndZeroCopy) {
           for (uint64_t count : {uint64_t{7}, uint64_t{1000}, max_count}) {
             if (count * DataTypeSize(dt) > kMaxMessage) continue;
             for (bool in_place : {false, true}) {
-              ++seed;
-              std::vector<Handle> h(n);
-              for (uint32_t r = 0; r < n; ++r) {  // in place: poison first, then the input into recv
-                Prepare(dt, op, false, n, r, seed, count, in_place ? b.recv[r] : b.send[r], b.recv[r]);
-              }
-              for (uint32_t r = 0; r < n; ++r) {
-                ASSERT_TRUE(ranks.comms[r]
-                                ->AllReduce(in_place ? b.recv[r] : b.send[r], b.recv[r], count, dt, op,
-                                            ranks.streams[r], &h[r])
-                                .ok());
-              }
-              for (uint32_t r = 0; r < n; ++r) {
-                Status s = h[r].Wait();
-                ASSERT_TRUE(s.ok()) << s.ToString();
-                auto out = Download(b.recv[r], count * DataTypeSize(dt));
-                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
-                    << "n=" << n << (zero_copy ? " zero-copy " : " staged ") << DataTypeName(dt) << " "
-                    << ReduceOpName(op) << " count=" << count << (in_place ? " in place" : "") << " rank " << r;
-              }
+              ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, dt, op, count, in_place, ++seed,
+                                                       zero_copy ? "zero-copy" : "staged"));
             }
           }
         }
@@ -738,24 +746,8 @@ TEST(GpuDaemonTest, DaemonExecutedOpsAreExact) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
           for (uint64_t count : {uint64_t{7}, max_count}) {
             for (bool in_place : {false, true}) {
-              ++seed;
-              std::vector<Handle> h(n);
-              for (uint32_t r = 0; r < n; ++r) {
-                Prepare(dt, op, false, n, r, seed, count, in_place ? b.recv[r] : b.send[r], b.recv[r]);
-              }
-              for (uint32_t r = 0; r < n; ++r) {
-                Status s = ranks.comms[r]->AllReduce(in_place ? b.recv[r] : b.send[r], b.recv[r], count, dt, op,
-                                                     ranks.streams[r], &h[r]);
-                ASSERT_TRUE(s.ok()) << s.ToString();
-              }
-              for (uint32_t r = 0; r < n; ++r) {
-                Status s = h[r].Wait();
-                ASSERT_TRUE(s.ok()) << s.ToString();
-                auto out = Download(b.recv[r], count * DataTypeSize(dt));
-                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
-                    << "daemon-executed n=" << n << (zero_copy ? " heap " : " staged ") << DataTypeName(dt) << " "
-                    << ReduceOpName(op) << " count=" << count << (in_place ? " in place" : "");
-              }
+              ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, dt, op, count, in_place, ++seed,
+                                                       std::string("daemon-executed") + (zero_copy ? " heap" : " staged")));
             }
           }
         }
@@ -914,24 +906,8 @@ TEST(GpuDaemonTest, CopyEngineAllReduceIsExact) {
           if (large) counts.push_back(max_count);
           for (uint64_t count : counts) {
             for (bool in_place : {false, true}) {
-              ++seed;
-              std::vector<Handle> h(n);
-              for (uint32_t r = 0; r < n; ++r) {
-                Prepare(dt, op, false, n, r, seed, count, in_place ? b.recv[r] : b.send[r], b.recv[r]);
-              }
-              for (uint32_t r = 0; r < n; ++r) {
-                Status s = ranks.comms[r]->AllReduce(in_place ? b.recv[r] : b.send[r], b.recv[r], count, dt, op,
-                                                     ranks.streams[r], &h[r]);
-                ASSERT_TRUE(s.ok()) << s.ToString();
-              }
-              for (uint32_t r = 0; r < n; ++r) {
-                Status s = h[r].Wait();
-                ASSERT_TRUE(s.ok()) << s.ToString() << d.Log();
-                auto out = Download(b.recv[r], count * DataTypeSize(dt));
-                EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
-                    << "copy-engine all-reduce n=" << n << (zero_copy ? " heap " : " staged ") << DataTypeName(dt)
-                    << " " << ReduceOpName(op) << " count=" << count << (in_place ? " in place" : "");
-              }
+              ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, dt, op, count, in_place, ++seed,
+                                                       std::string("copy-engine") + (zero_copy ? " heap" : " staged")));
             }
           }
         }
