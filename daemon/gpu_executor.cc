@@ -197,14 +197,18 @@ Status GpuExecutor::RunOp(uint64_t index) {
   return Status::Ok();
 }
 
-// In pieces that fit the scratch area, each on the daemon's stream:
+// In pieces that fit the scratch area (CopyEnginePlan), each piece:
 // (1) the copy engines copy part r of every rank's piece into owner r's
-//     `world` slots of the scratch;
-// (2) one SM launch reduces each owner's slots into part r of its output;
-// (3) the copy engines copy each owner's reduced part into every other output.
-// Stream order puts all of (1) before (2) and (2) before (3), so an op in
-// place is safe: a piece's inputs are in the scratch before any output of it
-// is written, and later pieces touch other elements.
+//     `world` slots of the scratch (on the lanes);
+// (2) one SM launch reduces each owner's slots into part r of its output
+//     (on the daemon's stream);
+// (3) the copy engines copy each owner's reduced part into every other
+//     output (on the lanes).
+// Events fork the lanes from the daemon's stream and join them back, so all
+// of (1) precedes (2), (2) precedes (3), and (3) precedes the next piece and
+// the publish kernel. An op in place is safe: a piece's inputs are in the
+// scratch before any output of it is written, and later pieces touch other
+// elements.
 Status GpuExecutor::CopyEngineAllReduce(DataType dtype, ReduceOp op, const void* const* inputs,
                                         void* const* outputs, uint32_t world, uint64_t count) {
   const uint64_t es = DataTypeSize(dtype);
