@@ -48,6 +48,7 @@
 
 using namespace collectived;
 using collectived::testing::Arg;
+using collectived::testing::CheckFlags;
 
 namespace {
 
@@ -246,19 +247,53 @@ Totals RunMode(Client& client, ExecutionMode mode, const std::string& key, int r
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: mpirun -np N collective-stress --socket S [--seconds 10 | --ops N] [--seed 1]\n"
+    "         [--mode client|daemon|both] [--max-count 4096] [--window 8] [--skew-us 500] [--gpu 0|1]\n"
+    "Prints \"N passed, M failed\", the wrong elements and the race windows opened; exits non-zero on any\n"
+    "wrong element, error or hang.\n";
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const std::string socket = Arg(argc, argv, "--socket", "/run/collectived/collectived.sock");
-  const double seconds = std::stod(Arg(argc, argv, "--seconds", "10"));
-  const int max_ops = std::stoi(Arg(argc, argv, "--ops", "0"));
-  const uint64_t seed = std::stoull(Arg(argc, argv, "--seed", "1"));
-  const std::string mode = Arg(argc, argv, "--mode", "both");
-  const uint64_t max_count = std::stoull(Arg(argc, argv, "--max-count", "4096"));
-  const int window = std::stoi(Arg(argc, argv, "--window", "8"));
-  const int skew_us = std::stoi(Arg(argc, argv, "--skew-us", "500"));
+  // Every rank sees the same command line, so every rank gives the same answer.
+  const int cli = CheckFlags(argc, argv, {"--socket", "--seconds", "--ops", "--seed", "--mode", "--max-count",
+                                          "--window", "--skew-us", "--gpu"}, kUsage);
+  if (cli >= 0) {
+    MPI_Finalize();
+    return cli;
+  }
+  std::string socket, mode;
+  double seconds = 0;
+  int max_ops = 0, window = 0, skew_us = 0;
+  uint64_t seed = 0, max_count = 0;
+  bool gpu = false;
+  try {
+    socket = Arg(argc, argv, "--socket", "/run/collectived/collectived.sock");
+    seconds = std::stod(Arg(argc, argv, "--seconds", "10"));
+    max_ops = std::stoi(Arg(argc, argv, "--ops", "0"));
+    seed = std::stoull(Arg(argc, argv, "--seed", "1"));
+    mode = Arg(argc, argv, "--mode", "both");
+    max_count = std::stoull(Arg(argc, argv, "--max-count", "4096"));
+    window = std::stoi(Arg(argc, argv, "--window", "8"));
+    skew_us = std::stoi(Arg(argc, argv, "--skew-us", "500"));
+    gpu = std::stoi(Arg(argc, argv, "--gpu", "0")) != 0;
+  } catch (const std::exception&) {
+    if (rank == 0) std::fprintf(stderr, "collective-stress: a value is not a number\n%s", kUsage);
+    MPI_Finalize();
+    return 2;
+  }
+  if ((mode != "client" && mode != "daemon" && mode != "both") || seconds <= 0 || max_ops < 0 || max_count == 0 ||
+      window <= 0 || skew_us < 0) {
+    if (rank == 0) {
+      std::fprintf(stderr, "collective-stress: --mode is client, daemon or both; --seconds, --max-count and "
+                           "--window are positive; --ops and --skew-us are not negative\n");
+    }
+    MPI_Finalize();
+    return 2;
+  }
   unsigned tag = static_cast<unsigned>(NowNs() / 1000) % 1000000;
   MPI_Bcast(&tag, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
 
@@ -272,7 +307,6 @@ int main(int argc, char** argv) {
     std::vector<ExecutionMode> modes;
     if (mode != "daemon") modes.push_back(ExecutionMode::kClient);
     if (mode != "client") modes.push_back(ExecutionMode::kDaemon);
-    const bool gpu = std::stoi(Arg(argc, argv, "--gpu", "0")) != 0;
 #ifndef COLLECTIVED_STRESS_GPU
     if (gpu) {
       std::fprintf(stderr, "collective-stress was built without CUDA: --gpu 1 is unavailable\n");
