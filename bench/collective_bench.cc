@@ -189,14 +189,35 @@ class Runner {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
+    "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
+    "         [-p single|post] [-B 1] [-D socket] [-z 1] [-M 0|1] [-k key] [-m client|daemon]\n"
+    "(the header of bench/collective_bench.cc says what each does)\n";
+
 int main(int argc, char** argv) {
   Options o;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  if (argc % 2 == 0) {  // every option takes a value
+    std::fprintf(stderr, "option %s needs a value\n%s", argv[argc - 1], kUsage);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     const char* v = argv[i + 1];
     if (f == "-t") {
-      o.spec.gather = std::string(v) == "all_gather";
-      o.ceilings = std::string(v) == "ceilings";
+      const std::string t = v;
+      if (t != "all_reduce" && t != "all_gather" && t != "ceilings") {
+        std::fprintf(stderr, "-t is all_reduce, all_gather or ceilings, not %s\n", v);
+        return 2;
+      }
+      o.spec.gather = t == "all_gather";
+      o.ceilings = t == "ceilings";
     }
     else if (f == "-g") o.ranks = std::atoi(v);
     else if (f == "-b") o.min_bytes = ParseSize(v);
@@ -217,7 +238,7 @@ int main(int argc, char** argv) {
     else if (f == "-k") o.key = v;
     else if (f == "-m") o.daemon_executed = std::string(v) == "daemon";
     else {
-      std::fprintf(stderr, "unknown option %s (see the header of bench/collective_bench.cc)\n", f.c_str());
+      std::fprintf(stderr, "unknown option %s\n%s", f.c_str(), kUsage);
       return 2;
     }
   }
