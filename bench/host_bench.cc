@@ -107,6 +107,14 @@ int main(int argc, char** argv) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int cli = collectived::testing::CheckFlags(
+      argc, argv, {"--socket", "--bytes", "--iters", "--warmup", "--ops"},
+      "usage: mpirun -np N collectived-host-bench --socket S [--bytes 1048576] [--iters 200] [--warmup 20]\n"
+      "         [--ops 4000]\n");
+  if (cli >= 0) {
+    MPI_Finalize();
+    return cli;
+  }
   const std::string socket = Arg(argc, argv, "--socket", "/run/collectived/collectived.sock");
   const uint64_t bytes = std::stoull(Arg(argc, argv, "--bytes", "1048576"));
   const int iters = std::stoi(Arg(argc, argv, "--iters", "200"));
