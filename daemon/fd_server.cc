@@ -79,6 +79,21 @@ void FdServer::Serve(int sock) {
     ipc::FdRequest req{};
     int stray = -1;
     if (!ipc::RecvWithFd(sock, &req, sizeof(req), &stray).ok()) break;
+    if (req.magic == ipc::kFdMagic && req.type == ipc::FdRequestType::kDepositFd) {
+      if (session == 0 || req.session_id != session) {
+        if (stray >= 0) close(stray);
+        Reply(sock, Status::PermissionDenied("deposit before hello, or for another session"), 0, -1);
+        continue;
+      }
+      if (stray < 0) {
+        Reply(sock, Status::InvalidArgument("a deposit carries an fd"), 0, -1);
+        continue;
+      }
+      uint64_t deposit = 0;
+      Status s = registry_->DepositFd(session, stray, &deposit);  // takes the fd
+      Reply(sock, s, deposit, -1);
+      continue;
+    }
     if (stray >= 0) close(stray);
     if (req.magic != ipc::kFdMagic) {
       Reply(sock, Status::InvalidArgument("bad fd-socket request"), 0, -1);

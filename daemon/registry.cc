@@ -1,6 +1,7 @@
 #include "daemon/registry.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <random>
@@ -19,6 +20,29 @@ struct BufferRecord {
   uint64_t bytes;
 };
 
+// An fd the daemon holds; closed when the last holder lets go.
+using SharedFd = std::shared_ptr<int>;
+static SharedFd OwnFd(int fd) {
+  return SharedFd(new int(fd), [](int* p) {
+    if (*p >= 0) close(*p);
+    delete p;
+  });
+}
+
+// Deposited fds a session may hold unclaimed: each is a reference to GPU memory.
+constexpr size_t kMaxDepositsPerSession = 64;
+
+// The k-th registration of every rank of a GPU communicator: one buffer id.
+struct GpuRegistration {
+  std::vector<SharedFd> fds;  // per rank: its allocation, null until it registers
+  std::vector<uint64_t> allocation_bytes, offsets, bytes, window_ids;
+  std::vector<GpuRegisterDone> pending;  // per rank, until every rank registered
+  std::vector<bool> released;
+  uint32_t arrived = 0;
+  bool formed = false;
+  int64_t deadline_ns = 0;
+};
+
 struct Registry::Session {
   uint64_t id = 0;
   uint64_t token = 0;
@@ -28,6 +52,7 @@ struct Registry::Session {
   int64_t attached_ns = 0;
   std::map<uint64_t, BufferRecord> buffers;
   std::set<std::pair<uint64_t, uint32_t>> memberships;  // (comm id, rank)
+  std::map<uint64_t, SharedFd> deposits;  // fds sent for a registration not yet made
 };
 
 // Resolves buffers for the daemon's executors of one communicator.
@@ -67,6 +92,8 @@ struct Registry::Comm {
   std::vector<uint64_t> gpu_window_ids;  // index w of gpu_memory -> window id
   std::shared_ptr<GpuExecutor> gpu_executor;  // daemon-executed GPU communicators
   std::vector<uint64_t> captured_plans;        // per rank: ops registered at capture time
+  std::vector<uint64_t> registrations_made;    // per rank: buffers it registered so far
+  std::map<uint64_t, GpuRegistration> registrations;  // by buffer id (k-th registration: id k)
 };
 
 namespace {
@@ -179,7 +206,158 @@ Status Registry::FetchWindow(uint64_t session_id, uint64_t window_id, WindowFd* 
       return Status::Ok();
     }
   }
+  auto rit = registered_windows_.find(window_id);
+  if (rit != registered_windows_.end()) {
+    auto owner = comms_.find(rit->second.comm_id);
+    if (owner != comms_.end() && is_member(*owner->second)) {
+      auto reg = owner->second->registrations.find(rit->second.buffer_id);
+      if (reg != owner->second->registrations.end() && reg->second.fds[rit->second.rank]) {
+        out->fd = *reg->second.fds[rit->second.rank];
+        out->size = reg->second.allocation_bytes[rit->second.rank];
+        out->keep = reg->second.fds[rit->second.rank];
+        return Status::Ok();
+      }
+    }
+  }
   return Status::NotFound("window " + std::to_string(window_id) + " is not one this session may map");
+}
+
+Status Registry::DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id) {
+  SharedFd owned = OwnFd(fd);  // closed on every refusal below
+  std::lock_guard<std::mutex> lock(mu_);
+  auto sit = sessions_.find(session_id);
+  if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  if (sit->second->deposits.size() >= kMaxDepositsPerSession) {
+    return Status::ResourceExhausted("session holds " + std::to_string(kMaxDepositsPerSession) +
+                                     " deposited fds no registration claimed");
+  }
+  *deposit_id = next_id_++;
+  sit->second->deposits[*deposit_id] = std::move(owned);
+  return Status::Ok();
+}
+
+void Registry::RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone done) {
+  Deferred after;
+  Status error = [&]() -> Status {
+    std::lock_guard<std::mutex> lock(mu_);
+    COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+    Comm* comm = nullptr;
+    COLLECTIVED_RETURN_IF_ERROR(MemberLocked(req.session_id, req.comm_id, req.rank, &comm));
+    if (!comm->gpu) return Status::FailedPrecondition("buffer registration needs a GPU communicator");
+    if (comm->mode == ExecutionMode::kDaemon) {
+      return Status::FailedPrecondition(
+          "registered buffers run client-executed; a daemon-executed communicator reads and writes the symmetric "
+          "heap (Communicator::AllocBuffer)");
+    }
+    if (comm->seg.aborted()) return comm->seg.AbortStatus();
+    Session& s = *sessions_.at(req.session_id);
+    auto dit = s.deposits.find(req.deposit_id);
+    if (dit == s.deposits.end()) {
+      return Status::NotFound("deposit " + std::to_string(req.deposit_id) +
+                              " not found: send the allocation's fd over the fd socket first");
+    }
+    if (req.bytes == 0 || req.offset > req.allocation_bytes || req.bytes > req.allocation_bytes - req.offset) {
+      return Status::InvalidArgument("buffer [" + std::to_string(req.offset) + ", +" + std::to_string(req.bytes) +
+                                     ") is empty or outside its allocation of " +
+                                     std::to_string(req.allocation_bytes) + " bytes");
+    }
+    const uint32_t world = comm->world_size, r = req.rank;
+    const uint64_t id = ++comm->registrations_made[r];
+    GpuRegistration& g = comm->registrations[id];
+    if (g.fds.empty()) {
+      g.fds.resize(world);
+      g.allocation_bytes.assign(world, 0);
+      g.offsets.assign(world, 0);
+      g.bytes.assign(world, 0);
+      g.window_ids.assign(world, 0);
+      g.pending.resize(world);
+      g.released.assign(world, false);
+      g.deadline_ns = ring::NowNs() + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
+    }
+    g.fds[r] = std::move(dit->second);
+    s.deposits.erase(dit);
+    g.allocation_bytes[r] = req.allocation_bytes;
+    g.offsets[r] = req.offset;
+    g.bytes[r] = req.bytes;
+    g.pending[r] = std::move(done);
+    if (++g.arrived < world) return Status::Ok();  // answered when the last rank registers
+
+    // Every rank registered buffer `id`: peers address each other's at the
+    // same offsets, so the sizes must agree.
+    Status formed;
+    for (uint32_t k = 1; k < world && formed.ok(); ++k) {
+      if (g.bytes[k] != g.bytes[0]) {
+        formed = Status::InvalidArgument("ranks registered buffers of different sizes as registered buffer " +
+                                         std::to_string(id) + ": rank 0 " + std::to_string(g.bytes[0]) +
+                                         " bytes, rank " + std::to_string(k) + " " + std::to_string(g.bytes[k]));
+      }
+    }
+    GpuRegisterResult result;
+    result.buffer_id = id;
+    if (formed.ok()) {
+      g.formed = true;
+      for (uint32_t k = 0; k < world; ++k) {
+        g.window_ids[k] = next_id_++;
+        registered_windows_[g.window_ids[k]] = {comm->id, id, k};
+        result.allocations.push_back({g.window_ids[k], g.allocation_bytes[k], comm->device_uuids[k]});
+        result.offsets.push_back(g.offsets[k]);
+      }
+      spdlog::info("communicator {} '{}': registered buffer {} of {} bytes on every rank", comm->id, comm->key, id,
+                   g.bytes[0]);
+    }
+    for (auto& d : g.pending) {
+      after.push_back([d = std::move(d), formed, result] { d(formed, result); });
+    }
+    g.pending.assign(world, nullptr);
+    if (!formed.ok()) comm->registrations.erase(id);
+    return Status::Ok();
+  }();
+  for (auto& f : after) f();
+  if (!error.ok()) done(error, GpuRegisterResult{});
+}
+
+Status Registry::DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Comm* comm = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
+  auto it = comm->registrations.find(buffer_id);
+  if (it == comm->registrations.end() || !it->second.formed || it->second.released[rank]) {
+    return Status::NotFound("registered buffer " + std::to_string(buffer_id) + " is not registered by rank " +
+                            std::to_string(rank));
+  }
+  GpuRegistration& g = it->second;
+  g.released[rank] = true;
+  for (bool r : g.released) {
+    if (!r) return Status::Ok();
+  }
+  for (uint64_t w : g.window_ids) registered_windows_.erase(w);
+  comm->registrations.erase(it);  // closes the fds: the ranks' own mappings keep the memory
+  return Status::Ok();
+}
+
+void Registry::FailPendingRegistrationsLocked(Comm& comm, const Status& status, bool expired_only, int64_t now_ns,
+                                              Deferred* after) {
+  for (auto it = comm.registrations.begin(); it != comm.registrations.end();) {
+    GpuRegistration& g = it->second;
+    if (g.formed || (expired_only && now_ns < g.deadline_ns)) {
+      ++it;
+      continue;
+    }
+    Status why = status;
+    if (expired_only) {
+      std::string missing;
+      for (uint32_t k = 0; k < comm.world_size; ++k) {
+        if (!g.fds[k]) missing += (missing.empty() ? "" : ",") + std::to_string(k);
+      }
+      why = Status::DeadlineExceeded("registered buffer " + std::to_string(it->first) + " of '" + comm.key +
+                                     "': ranks " + missing + " did not register theirs within the join timeout");
+      spdlog::warn("{}", why.message());
+    }
+    for (auto& d : g.pending) {
+      if (d) after->push_back([d = std::move(d), why] { d(why, GpuRegisterResult{}); });
+    }
+    it = comm.registrations.erase(it);
+  }
 }
 
 Status Registry::AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out) {
@@ -366,6 +544,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         c->device_uuids.assign(req.world_size, "");
         c->gpu_heap_bytes = req.gpu_heap_bytes;
         c->captured_plans.assign(req.world_size, 0);
+        c->registrations_made.assign(req.world_size, 0);
         ring::SegmentParams params;
         params.world_size = req.world_size;
         params.ring_depth = config_.ring_depth;
@@ -565,6 +744,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     // Peers that still post ops would wait for this rank forever: end them now.
     const std::string reason = "rank " + std::to_string(rank) + " left: " + why;
     comm.seg.Abort(StatusCode::kAborted, reason.c_str());
+    FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);
     if (comm.gpu_memory) {  // GPU kernels poll the abort word in device memory
       after->push_back([mem = comm.gpu_memory] {
         Status s = mem->SetAbort();
@@ -593,6 +773,9 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     if (recently_closed_.size() > 16) recently_closed_.pop_front();
   }
   for (uint64_t w : comm.gpu_window_ids) gpu_windows_.erase(w);  // members keep their own mappings
+  for (const auto& [id, g] : comm.registrations) {
+    for (uint64_t w : g.window_ids) registered_windows_.erase(w);
+  }
   if (comm.gpu_executor) {
     spdlog::info("communicator {}: daemon-executed GPU ops {}, mean handoff {:.1f} us (last rank ready to launch)",
                  comm.id, comm.gpu_executor->ops(), comm.gpu_executor->handoff_us_mean());
@@ -763,6 +946,9 @@ void Registry::Housekeeping() {
       spdlog::warn("{}", msg);
       WithdrawJoinLocked(c, r, Status::DeadlineExceeded(msg), &after);
     }
+    for (auto& [id, c] : comms_) {
+      if (c->formed) FailPendingRegistrationsLocked(*c, Status::Ok(), true, now, &after);
+    }
     // A session whose fd connection never came is a lease that never started.
     for (auto& [id, s] : sessions_) {
       if (!s->bound && now - s->attached_ns > 30'000'000'000LL) unbound.push_back(id);
@@ -790,6 +976,9 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
     posted = std::max(posted, p);
   }
   cs->set_posted(posted);
+  uint64_t registered = 0;
+  for (const auto& [id, g] : c.registrations) registered += g.formed ? 1 : 0;
+  cs->set_registered_buffers(registered);
   if (c.gpu) {
     // The kernels keep these counts in device memory (each replay of a
     // captured op takes its index there); one small copy reads them.

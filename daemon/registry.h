@@ -67,6 +67,23 @@ struct WindowFd {
 
 using JoinDone = std::function<void(const Status&, const JoinResult&)>;
 
+// A rank's registration of its own GPU memory (RegisterGpuBuffer in the proto).
+struct GpuRegisterRequest {
+  uint64_t session_id = 0;
+  uint64_t comm_id = 0;
+  uint32_t rank = 0;
+  uint64_t deposit_id = 0;
+  uint64_t allocation_bytes = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+struct GpuRegisterResult {
+  uint64_t buffer_id = 0;
+  std::vector<GpuWindowInfo> allocations;  // per rank
+  std::vector<uint64_t> offsets;           // per rank
+};
+using GpuRegisterDone = std::function<void(const Status&, const GpuRegisterResult&)>;
+
 struct BufferInfo {
   uint64_t buffer_id;
   uint64_t window_id;
@@ -109,6 +126,16 @@ class Registry {
   Status ResolveBuffer(uint64_t comm_id, uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes,
                        void** ptr);
 
+  // Takes `fd` (a client's own allocation, sent over its fd socket) until a
+  // RegisterGpuBuffer of the same session claims it, or the session ends.
+  Status DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id);
+  // Calls `done` exactly once: when every rank registered its buffer of this
+  // index, or on error, the join timeout, or a rank leaving.
+  void RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone done);
+  // The daemon keeps every rank's allocation fd until all ranks deregistered
+  // the buffer (or the communicator closes): a slow peer can still import it.
+  Status DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id);
+
   void FillStats(v1::GetStatsResponse* out);
   // Expires joins past their deadline. Called periodically.
   void Housekeeping();
@@ -133,6 +160,10 @@ class Registry {
   Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
   void CleanupSession(uint64_t session_id, const std::string& why);
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);
+  // REQUIRES: mu_ held. Answers every registration of `comm` still waiting
+  // for ranks with `status` (or only those past their deadline) and drops them.
+  void FailPendingRegistrationsLocked(Comm& comm, const Status& status, bool expired_only, int64_t now_ns,
+                                      Deferred* after);
   // REQUIRES: mu_ held; every member joined. Allocates a GPU communicator's device memory.
   Status FormGpuLocked(Comm& comm);
   static void FillCommStats(const Comm& comm, v1::CommunicatorStats* out);
@@ -156,6 +187,12 @@ class Registry {
   };
   std::map<std::string, Refusal> refused_keys_;
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> gpu_windows_;  // window id -> (comm id, window index)
+  struct RegisteredWindow {
+    uint64_t comm_id;
+    uint64_t buffer_id;
+    uint32_t rank;
+  };
+  std::map<uint64_t, RegisteredWindow> registered_windows_;  // window id -> a rank's registered allocation
   std::deque<v1::CommunicatorStats> recently_closed_;
 };
 

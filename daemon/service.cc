@@ -63,7 +63,8 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServer
     resp->add_capabilities(cap);
   }
   if (registry_->config().backend == "cuda") {
-    for (const char* cap : {"gpu.client_executed", "gpu.symmetric_heap", "gpu.device_matcher", "fd.cumem"}) {
+    for (const char* cap : {"gpu.client_executed", "gpu.symmetric_heap", "gpu.device_matcher", "fd.cumem",
+                            "gpu.registered_buffers"}) {
       resp->add_capabilities(cap);
     }
   }
@@ -167,6 +168,42 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterPlan(grpc::CallbackServ
   Status s = registry_->RegisterPlan(req->session_id(), req->comm_id(), req->rank(), FromProto(req->op()), &plans);
   if (s.ok()) resp->set_plans(plans);
   return Done(ctx, s);
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterGpuBuffer(grpc::CallbackServerContext* ctx,
+                                                                   const v1::RegisterGpuBufferRequest* req,
+                                                                   v1::RegisterGpuBufferResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  GpuRegisterRequest r;
+  r.session_id = req->session_id();
+  r.comm_id = req->comm_id();
+  r.rank = req->rank();
+  r.deposit_id = req->deposit_id();
+  r.allocation_bytes = req->allocation_bytes();
+  r.offset = req->offset();
+  r.bytes = req->bytes();
+  // Finished when every rank registered this buffer (Registry calls back once).
+  registry_->RegisterGpuBuffer(r, [reactor, resp](const Status& s, const GpuRegisterResult& result) {
+    if (s.ok()) {
+      resp->set_buffer_id(result.buffer_id);
+      for (const auto& a : result.allocations) {
+        auto* w = resp->add_allocations();
+        w->set_window_id(a.window_id);
+        w->set_bytes(a.bytes);
+        w->set_device_uuid(a.device_uuid);
+      }
+      for (uint64_t off : result.offsets) resp->add_offsets(off);
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::DeregisterGpuBuffer(grpc::CallbackServerContext* ctx,
+                                                                     const v1::DeregisterGpuBufferRequest* req,
+                                                                     v1::DeregisterGpuBufferResponse*) {
+  return Done(ctx,
+              registry_->DeregisterGpuBuffer(req->session_id(), req->comm_id(), req->rank(), req->buffer_id()));
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Submit(grpc::CallbackServerContext* ctx,

@@ -1,5 +1,5 @@
 // collectived.v1.CollectiveService on gRPC's callback API. Handlers translate
-// to Registry calls; the two that wait (CreateCommunicator, WaitOp) finish
+// to Registry calls; those that wait (CreateCommunicator, RegisterGpuBuffer, WaitOp) finish
 // their reactors later instead of blocking a gRPC thread.
 #ifndef COLLECTIVED_DAEMON_SERVICE_H_
 #define COLLECTIVED_DAEMON_SERVICE_H_
@@ -43,6 +43,12 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
                                    v1::SubmitResponse* resp) override;
   grpc::ServerUnaryReactor* WaitOp(grpc::CallbackServerContext* ctx, const v1::WaitOpRequest* req,
                                    v1::WaitOpResponse* resp) override;
+  grpc::ServerUnaryReactor* RegisterGpuBuffer(grpc::CallbackServerContext* ctx,
+                                              const v1::RegisterGpuBufferRequest* req,
+                                              v1::RegisterGpuBufferResponse* resp) override;
+  grpc::ServerUnaryReactor* DeregisterGpuBuffer(grpc::CallbackServerContext* ctx,
+                                                const v1::DeregisterGpuBufferRequest* req,
+                                                v1::DeregisterGpuBufferResponse* resp) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* ctx, const v1::GetStatsRequest* req,
                                      v1::GetStatsResponse* resp) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,

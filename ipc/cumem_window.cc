@@ -31,6 +31,8 @@ struct Driver {
   COLLECTIVED_DRIVER_FN(cuMemMap)
   COLLECTIVED_DRIVER_FN(cuMemUnmap)
   COLLECTIVED_DRIVER_FN(cuMemSetAccess)
+  COLLECTIVED_DRIVER_FN(cuMemRetainAllocationHandle)
+  COLLECTIVED_DRIVER_FN(cuPointerGetAttribute)
 #undef COLLECTIVED_DRIVER_FN
   Status status;
 };
@@ -67,6 +69,8 @@ const Driver& GetDriver() {
     COLLECTIVED_LOAD(cuMemMap)
     COLLECTIVED_LOAD(cuMemUnmap)
     COLLECTIVED_LOAD(cuMemSetAccess)
+    COLLECTIVED_LOAD(cuMemRetainAllocationHandle)
+    COLLECTIVED_LOAD(cuPointerGetAttribute)
 #undef COLLECTIVED_LOAD
   });
   return d;
@@ -101,13 +105,21 @@ Status EnsureContext(int ordinal) {
   return Status::Ok();
 }
 
-CUmemAllocationProp Prop(int ordinal) {
+CUmemAllocationProp Prop(int ordinal, bool exportable = true) {
   CUmemAllocationProp prop = {};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = ordinal;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   return prop;
+}
+
+// A pointer attribute of `ptr`; false (the error cleared) when the driver has none for it.
+template <typename T>
+bool PointerAttribute(const void* ptr, CUpointer_attribute attr, T* value) {
+  const Driver& d = GetDriver();
+  if (!d.status.ok()) return false;
+  return d.cuPointerGetAttribute(value, attr, reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -141,10 +153,59 @@ Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal) {
   return Status::NotFound("no GPU with UUID " + uuid + " is visible to this process");
 }
 
+Status ExportCallerRange(const void* ptr, uint64_t bytes, CallerRangeExport* out) {
+  COLLECTIVED_RETURN_IF_ERROR(GetDriver().status);
+  if (ptr == nullptr || bytes == 0) return Status::InvalidArgument("buffer is null or empty");
+  // cudaMalloc memory has no shareable handle type: only cuMem (VMM)
+  // allocations made with requestedHandleTypes = POSIX fd can be imported by peers.
+  uint64_t types = 0;
+  if (!PointerAttribute(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, &types) ||
+      (types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+    return Status::InvalidArgument(
+        "buffer is not cuMem memory exportable as a POSIX fd (cudaMalloc memory is not): allocate it with "
+        "cuMemCreate and requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, or use "
+        "Communicator::AllocBuffer; other device memory is staged");
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (!PointerAttribute(ptr, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, &base) ||
+      !PointerAttribute(ptr, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, &size)) {
+    return Status::InvalidArgument("the driver reports no cuMem mapping for this buffer");
+  }
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  if (p < base || p - base > size || bytes > size - (p - base)) {
+    return Status::InvalidArgument("buffer of " + std::to_string(bytes) + " bytes runs past its cuMem mapping (" +
+                                   std::to_string(size) + " bytes at offset " + std::to_string(p - base) +
+                                   "): a registered buffer must lie inside one allocation");
+  }
+  CUmemGenericAllocationHandle handle;
+  if (GetDriver().cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(base)) != CUDA_SUCCESS) {
+    // Pool memory (cudaMallocAsync) may allow an fd export but has no allocation handle of its own.
+    return Status::InvalidArgument("buffer is not a cuMem (cuMemCreate + cuMemMap) mapping; memory-pool "
+                                   "allocations cannot be registered: use Communicator::AllocBuffer");
+  }
+  auto retained = std::shared_ptr<void>(nullptr, [handle](void*) { GetDriver().cuMemRelease(handle); });
+  int fd = -1;
+  CU_CHECK(cuMemExportToShareableHandle, &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  out->fd = fd;
+  out->allocation_bytes = size;
+  out->offset = p - base;
+  out->retained = std::move(retained);
+  return Status::Ok();
+}
+
+Status CuMemWindow::CreateUnexportable(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out) {
+  return CreateWith(ordinal, bytes, false, out);
+}
+
 Status CuMemWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out) {
+  return CreateWith(ordinal, bytes, true, out);
+}
+
+Status CuMemWindow::CreateWith(int ordinal, uint64_t bytes, bool exportable, std::unique_ptr<CuMemWindow>* out) {
   if (bytes == 0) return Status::InvalidArgument("window of 0 bytes");
   COLLECTIVED_RETURN_IF_ERROR(EnsureContext(ordinal));
-  CUmemAllocationProp prop = Prop(ordinal);
+  CUmemAllocationProp prop = Prop(ordinal, exportable);
   size_t granularity = 0;
   CU_CHECK(cuMemGetAllocationGranularity, &granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   std::unique_ptr<CuMemWindow> w(new CuMemWindow());

@@ -19,6 +19,21 @@ Status GpuUuid(int ordinal, std::string* uuid);
 // The ordinal of the device named `uuid` in this process.
 Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal);
 
+// The cuMem allocation behind a caller's own buffer [ptr, ptr + bytes), shared
+// zero-copy with the ranks of a communicator: an fd for it (the caller owns
+// it), the allocation's size and ptr's offset in it. `retained` holds a
+// reference to the allocation until released (what peers import stays the
+// same physical memory). INVALID_ARGUMENT, saying why, when the range is not
+// cuMem memory exportable as a POSIX fd (cudaMalloc memory is not) or does
+// not lie inside one mapping.
+struct CallerRangeExport {
+  int fd = -1;
+  uint64_t allocation_bytes = 0;
+  uint64_t offset = 0;
+  std::shared_ptr<void> retained;
+};
+Status ExportCallerRange(const void* ptr, uint64_t bytes, CallerRangeExport* out);
+
 class CuMemWindow {
  public:
   // Allocates at least `bytes` on device `ordinal`, exportable as an fd,
@@ -26,6 +41,9 @@ class CuMemWindow {
   static Status Create(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out);
   // Maps an exported allocation of `bytes` on device `ordinal` (takes `fd`).
   static Status Import(int fd, int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out);
+  // Allocates like Create, with no POSIX-fd export allowed (as cudaMalloc
+  // memory): what registration must refuse, for tests.
+  static Status CreateUnexportable(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out);
   ~CuMemWindow();
   CuMemWindow(const CuMemWindow&) = delete;
   CuMemWindow& operator=(const CuMemWindow&) = delete;
@@ -38,6 +56,7 @@ class CuMemWindow {
 
  private:
   CuMemWindow() = default;
+  static Status CreateWith(int ordinal, uint64_t bytes, bool exportable, std::unique_ptr<CuMemWindow>* out);
   Status MapHere();
 
   int ordinal_ = 0;

@@ -14,19 +14,22 @@ namespace collectived::ipc {
 
 constexpr uint32_t kFdMagic = 0x43464431;  // "CFD1"
 
-enum class FdRequestType : uint32_t { kHello = 1, kFetchWindow = 2 };
+// kDepositFd: the client hands the daemon an fd of its own (the cuMem
+// allocation behind a buffer it registers, sent with the request); the reply
+// names the deposit, which the registering RPC then claims.
+enum class FdRequestType : uint32_t { kHello = 1, kFetchWindow = 2, kDepositFd = 3 };
 
 struct FdRequest {
   uint32_t magic;
   FdRequestType type;
   uint64_t session_id;
-  uint64_t arg;  // hello: session token; fetch: window id
+  uint64_t arg;  // hello: session token; fetch: window id; deposit: unused
 };
 
 struct FdReply {
   int32_t code;  // StatusCode
   uint32_t pad;
-  uint64_t bytes;  // window size for fetch
+  uint64_t bytes;  // fetch: the window's size; deposit: the deposit id
   char message[112];
 };
 

@@ -149,6 +149,20 @@ Status ClientImpl::FetchFd(uint64_t window_id, int* out_fd, uint64_t* bytes) {
   return Status::Ok();
 }
 
+Status ClientImpl::DepositFd(int fd, uint64_t* deposit_id) {
+  std::lock_guard<std::mutex> lock(fd_mu_);
+  ipc::FdRequest req{ipc::kFdMagic, ipc::FdRequestType::kDepositFd, session_id_, 0};
+  ipc::FdReply reply{};
+  int stray = -1;
+  COLLECTIVED_RETURN_IF_ERROR(ipc::SendWithFd(fd_sock_, &req, sizeof(req), fd));
+  COLLECTIVED_RETURN_IF_ERROR(ipc::RecvWithFd(fd_sock_, &reply, sizeof(reply), &stray));
+  if (stray >= 0) close(stray);
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  if (reply.code != 0) return Status(static_cast<StatusCode>(reply.code), reply.message);
+  *deposit_id = reply.bytes;
+  return Status::Ok();
+}
+
 Status ClientImpl::FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_ptr<ipc::ShmWindow>* out) {
   int fd = -1;
   uint64_t size = 0;
@@ -310,6 +324,44 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
       req.set_count(count);
       return RegisterPlan(comm_id, rank, req);
     };
+    if (daemon_api_minor_ >= 3) {  // older daemons have no registration calls
+      const int register_timeout_ms = options.join_timeout_ms + options_.rpc_timeout_ms;
+      setup.register_buffer = [this, comm_id = resp.comm_id(), rank = options.rank, register_timeout_ms](
+                                  int fd, uint64_t allocation_bytes, uint64_t offset, uint64_t bytes,
+                                  GpuRegistrationReply* out) -> Status {
+        v1::RegisterGpuBufferRequest req;
+        req.set_session_id(session_id_);
+        req.set_comm_id(comm_id);
+        req.set_rank(rank);
+        uint64_t deposit = 0;
+        COLLECTIVED_RETURN_IF_ERROR(DepositFd(fd, &deposit));
+        req.set_deposit_id(deposit);
+        req.set_allocation_bytes(allocation_bytes);
+        req.set_offset(offset);
+        req.set_bytes(bytes);
+        v1::RegisterGpuBufferResponse resp;
+        auto ctx = NewContext(register_timeout_ms);  // waits for every rank's registration
+        COLLECTIVED_RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterGpuBuffer(ctx.get(), req, &resp)));
+        out->buffer_id = resp.buffer_id();
+        for (const auto& w : resp.allocations()) out->allocations.push_back({w.window_id(), w.bytes(), w.device_uuid()});
+        out->offsets.assign(resp.offsets().begin(), resp.offsets().end());
+        return Status::Ok();
+      };
+      // A buffer may outlive its client: then the session, and the daemon's reference, are gone already.
+      setup.deregister_buffer = [weak = weak_from_this(), comm_id = resp.comm_id(),
+                                 rank = options.rank](uint64_t buffer_id) -> Status {
+        auto self = weak.lock();
+        if (!self) return Status::Ok();
+        v1::DeregisterGpuBufferRequest req;
+        req.set_session_id(self->session_id_);
+        req.set_comm_id(comm_id);
+        req.set_rank(rank);
+        req.set_buffer_id(buffer_id);
+        v1::DeregisterGpuBufferResponse resp;
+        auto ctx = self->NewContext();
+        return FromGrpcStatus(self->stub_->DeregisterGpuBuffer(ctx.get(), req, &resp));
+      };
+    }
     s = GpuCommunicator::Create(std::move(setup),
                                 [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
     if (!s.ok()) {

@@ -47,6 +47,8 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   Status DestroyCommunicator(uint64_t comm_id, uint32_t rank);
   Status Submit(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op, uint64_t* index);
   Status RegisterPlan(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op);
+  // Sends `fd` (not taken) over the fd socket; *deposit_id names it for a registration.
+  Status DepositFd(int fd, uint64_t* deposit_id);
 
   // Pointer to [offset, offset + bytes) of one of this client's buffers.
   Status ResolveOwn(uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr);

@@ -79,19 +79,33 @@ Status NeedGpu(const CommunicatorImpl& c) {
 }
 }  // namespace
 
+void Communicator::WrapGpuBuffer(GpuHeapBuffer b, Buffer* out) {
+  auto state = std::make_shared<BufferState>();
+  state->id = b.id;
+  state->bytes = b.bytes;
+  state->device_ptr = b.ptr;
+  state->device_keep = std::move(b.keep);
+  state->release = std::move(b.release);
+  out->state_ = std::move(state);
+}
+
 Status Communicator::AllocBuffer(uint64_t bytes, Buffer* out) {
   COLLECTIVED_RETURN_IF_ERROR(NeedGpu(*impl_));
   if (out == nullptr) return Status::InvalidArgument("out is null");
   GpuHeapBuffer b;
   COLLECTIVED_RETURN_IF_ERROR(impl_->gpu()->AllocBuffer(bytes, &b));
-  auto state = std::make_shared<BufferState>();
-  state->bytes = b.bytes;
-  state->device_ptr = b.ptr;
-  state->device_keep = std::move(b.keep);
-  state->release = std::move(b.release);
-  out->Free();
   *out = Buffer();
-  out->state_ = std::move(state);
+  WrapGpuBuffer(std::move(b), out);
+  return Status::Ok();
+}
+
+Status Communicator::RegisterBuffer(void* ptr, uint64_t bytes, Buffer* out) {
+  COLLECTIVED_RETURN_IF_ERROR(NeedGpu(*impl_));
+  if (out == nullptr) return Status::InvalidArgument("out is null");
+  GpuHeapBuffer b;
+  COLLECTIVED_RETURN_IF_ERROR(impl_->gpu()->RegisterBuffer(ptr, bytes, &b));
+  *out = Buffer();
+  WrapGpuBuffer(std::move(b), out);
   return Status::Ok();
 }
 

@@ -324,6 +324,31 @@ Status LeaseGpuRankQueue(int device, const std::string& key, std::shared_ptr<voi
   return Status::Ok();
 }
 
+// Callers' buffers every rank registered (RegisterBuffer): where each rank's
+// copy of a buffer lies in this process. Shared with the buffers' release.
+struct RegisteredBuffers {
+  struct Entry {
+    uint64_t id = 0;
+    uint64_t bytes = 0;
+    std::vector<uint8_t*> at;  // per rank: the buffer's address here
+    std::vector<std::shared_ptr<ipc::CuMemWindow>> peers;  // peers' allocations, mapped here
+  };
+  std::mutex mu;
+  std::map<uintptr_t, Entry> by_address;  // this rank's buffer address ->
+};
+
+// Waits until every op `order` saw enqueued so far ran (a buffer's Free, like cudaFree).
+Status WaitForEnqueued(const std::shared_ptr<OpOrder>& order, int device, int64_t timeout_ms, const char* what) {
+  std::shared_ptr<GpuOpState> last;
+  {
+    std::lock_guard<std::mutex> lock(order->mu);
+    last = order->last;
+  }
+  if (!last) return Status::Ok();
+  DeviceGuard guard(device);
+  return WaitRan(*last, timeout_ms, what);
+}
+
 struct GpuCommunicator::Impl {
   ~Impl() {
     if (registered != nullptr) {
@@ -345,6 +370,8 @@ struct GpuCommunicator::Impl {
   std::shared_ptr<SymmetricHeap> heap;
   // Shared with the heap buffers' release, which may outlive this.
   std::shared_ptr<OpOrder> order = std::make_shared<OpOrder>();
+  std::shared_ptr<RegisteredBuffers> registrations = std::make_shared<RegisteredBuffers>();
+  FetchFd fetch;
 
   uint32_t world() const { return setup.seg.world_size(); }
   uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
@@ -369,6 +396,29 @@ struct GpuCommunicator::Impl {
     const auto x = reinterpret_cast<uintptr_t>(p);
     if (x < base || x - base > setup.heap_bytes || bytes > setup.heap_bytes - (x - base)) return false;
     *offset = x - base;
+    return true;
+  }
+
+  // Whether [p, p + bytes) lies in a buffer every rank has at the same
+  // offsets (the heap, or a registered buffer), and then every rank's address
+  // of it and the tag peers compare (the buffer id in the top 16 bits, the offset below).
+  bool Symmetric(const void* p, uint64_t bytes, uint64_t* tag, const void* (&at)[device::kMaxDeviceRanks]) const {
+    uint64_t off = 0;
+    if (InHeap(p, bytes, &off)) {
+      for (uint32_t k = 0; k < world(); ++k) at[k] = heap_base(k) + off;
+      *tag = off;
+      return true;
+    }
+    const auto x = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(registrations->mu);
+    auto it = registrations->by_address.upper_bound(x);
+    if (it == registrations->by_address.begin()) return false;
+    --it;
+    const RegisteredBuffers::Entry& e = it->second;
+    if (x - it->first > e.bytes || bytes > e.bytes - (x - it->first)) return false;
+    off = x - it->first;
+    for (uint32_t k = 0; k < world(); ++k) at[k] = e.at[k] + off;
+    *tag = e.id << 48 | off;
     return true;
   }
 
@@ -583,6 +633,7 @@ Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank
 Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out) {
   auto impl = std::make_unique<Impl>();
   impl->setup = std::move(setup);
+  impl->fetch = fetch;
   const GpuCommSetup& s = impl->setup;
   if (s.ranks.size() != s.seg.world_size()) return Status::Internal("daemon sent the wrong number of rank windows");
   if (s.seg.world_size() > device::kMaxDeviceRanks) return Status::InvalidArgument("too many GPU ranks");
@@ -647,17 +698,98 @@ Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
   // Waiting keeps the heap symmetric: every rank frees at the same point.
   const int64_t timeout_ms = static_cast<int64_t>(impl_->setup.seg.header().op_timeout_ns / 1000000) + 5000;
   out->release = [heap = impl_->heap, offset, order = impl_->order, device = impl_->setup.device, timeout_ms] {
-    std::shared_ptr<GpuOpState> last;
+    COLLECTIVED_RETURN_IF_ERROR(WaitForEnqueued(order, device, timeout_ms,
+                                                "a GPU op enqueued before this heap buffer's Free did not finish; "
+                                                "the range stays allocated"));
+    return heap->Free(offset);
+  };
+  return Status::Ok();
+}
+
+Status GpuCommunicator::RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer* out) {
+  Impl& m = *impl_;
+  if (m.setup.daemon_executed) {
+    return Status::FailedPrecondition(
+        "registered buffers run client-executed; a daemon-executed communicator reads and writes the symmetric heap "
+        "(Communicator::AllocBuffer)");
+  }
+  if (!m.setup.register_buffer) return Status::Unimplemented("this daemon does not take registered buffers");
+  if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
+  DeviceGuard guard(m.setup.device);
+  COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(ptr, "buffer"));
+  {
+    uint64_t tag = 0;
+    const void* at[device::kMaxDeviceRanks];
+    if (m.Symmetric(ptr, 1, &tag, at) || m.Symmetric(static_cast<uint8_t*>(ptr) + bytes - 1, 1, &tag, at)) {
+      return Status::AlreadyExists("buffer overlaps this communicator's heap or a buffer already registered");
+    }
+  }
+  ipc::CallerRangeExport ex;
+  COLLECTIVED_RETURN_IF_ERROR(ipc::ExportCallerRange(ptr, bytes, &ex));
+  GpuRegistrationReply reply;
+  Status registered = m.setup.register_buffer(ex.fd, ex.allocation_bytes, ex.offset, bytes, &reply);
+  close(ex.fd);  // the daemon holds its own copy now
+  COLLECTIVED_RETURN_IF_ERROR(registered);
+  // Map every peer's allocation here; ours is the caller's own mapping.
+  RegisteredBuffers::Entry e;
+  e.id = reply.buffer_id;
+  e.bytes = bytes;
+  Status mapped = [&]() -> Status {
+    if (reply.allocations.size() != m.world() || reply.offsets.size() != m.world()) {
+      return Status::Internal("daemon sent the wrong number of registered allocations");
+    }
+    if (e.id == 0 || e.id >= (uint64_t{1} << 16)) return Status::Internal("registered buffer id out of range");
+    for (uint32_t k = 0; k < m.world(); ++k) {
+      if (k == m.setup.rank) {
+        e.at.push_back(static_cast<uint8_t*>(ptr));
+        continue;
+      }
+      int fd = -1;
+      uint64_t got = 0;
+      COLLECTIVED_RETURN_IF_ERROR(m.fetch(reply.allocations[k].window_id, &fd, &got));
+      if (got < reply.allocations[k].bytes || reply.offsets[k] + bytes > reply.allocations[k].bytes) {
+        close(fd);
+        return Status::Internal("registered allocation of rank " + std::to_string(k) + " smaller than announced");
+      }
+      std::unique_ptr<ipc::CuMemWindow> w;
+      COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Import(fd, m.setup.device, reply.allocations[k].bytes, &w));
+      e.at.push_back(static_cast<uint8_t*>(w->device_ptr()) + reply.offsets[k]);
+      e.peers.push_back(std::move(w));
+    }
+    return Status::Ok();
+  }();
+  if (!mapped.ok()) {
+    m.setup.deregister_buffer(reply.buffer_id);
+    return mapped;
+  }
+  const uint64_t id = e.id;
+  {
+    std::lock_guard<std::mutex> lock(m.registrations->mu);
+    m.registrations->by_address[reinterpret_cast<uintptr_t>(ptr)] = std::move(e);
+  }
+  out->id = id;
+  out->ptr = ptr;
+  out->bytes = bytes;
+  out->keep = std::move(ex.retained);
+  const int64_t timeout_ms = static_cast<int64_t>(m.setup.seg.header().op_timeout_ns / 1000000) + 5000;
+  // Like a heap buffer's Free: the rank's ops enqueued before it run first;
+  // then the peers' mappings go, and the daemon's reference (unless the
+  // communicator was destroyed, which dropped it).
+  out->release = [table = m.registrations, key = reinterpret_cast<uintptr_t>(ptr), order = m.order,
+                  device = m.setup.device, timeout_ms, id, deregister = m.setup.deregister_buffer] {
+    COLLECTIVED_RETURN_IF_ERROR(WaitForEnqueued(order, device, timeout_ms,
+                                                "a GPU op enqueued before this registered buffer's Free did not "
+                                                "finish; it stays registered"));
+    {
+      std::lock_guard<std::mutex> lock(table->mu);
+      table->by_address.erase(key);
+    }
+    bool destroyed = false;
     {
       std::lock_guard<std::mutex> lock(order->mu);
-      last = order->last;
+      destroyed = order->closed;
     }
-    if (last) {
-      DeviceGuard guard(device);
-      COLLECTIVED_RETURN_IF_ERROR(WaitRan(*last, timeout_ms, "a GPU op enqueued before this heap buffer's Free "
-                                                             "did not finish; the range stays allocated"));
-    }
-    return heap->Free(offset);
+    return destroyed ? Status::Ok() : deregister(id);
   };
   return Status::Ok();
 }
@@ -665,13 +797,14 @@ Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
 namespace {
 
 // The descriptor every peer compares: kind, type, op, algorithm, count and,
-// for zero-copy ops, the heap offsets (peers address each other's buffers by them).
+// for zero-copy ops, where send and recv lie (Impl::Symmetric's tags: peers
+// address each other's buffers by them).
 void Describe(device::DeviceRankArgs* a, CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algo,
-              bool zero_copy, uint64_t send_off, uint64_t recv_off) {
+              bool zero_copy, uint64_t send_tag, uint64_t recv_tag) {
   a->desc[0] = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(op) << 16 |
                static_cast<uint64_t>(algo) << 24 | static_cast<uint64_t>(zero_copy) << 32;
   a->desc[1] = a->count;
-  a->desc[2] = zero_copy ? (send_off * 0x9E3779B97F4A7C15ull) ^ recv_off : 0;
+  a->desc[2] = zero_copy ? (send_tag * 0x9E3779B97F4A7C15ull) ^ recv_tag : 0;
 }
 
 }  // namespace
@@ -692,16 +825,18 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   if (m.setup.daemon_executed) {
     return DaemonOp(CollectiveKind::kAllReduce, send, recv, count, dtype, op, stream, out);
   }
-  uint64_t send_off = 0, recv_off = 0;
-  const bool zero_copy = m.InHeap(send, bytes, &send_off) && m.InHeap(recv, bytes, &recv_off);
+  uint64_t send_tag = 0, recv_tag = 0;
+  const void* send_at[device::kMaxDeviceRanks];
+  const void* recv_at[device::kMaxDeviceRanks];
+  const bool zero_copy = m.Symmetric(send, bytes, &send_tag, send_at) && m.Symmetric(recv, bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
   const bool small = bytes <= m.setup.seg.header().one_shot_max_bytes;
   device::DeviceAlgorithm algo = small ? device::DeviceAlgorithm::kOneShot : device::DeviceAlgorithm::kTwoShotPush;
   std::function<Status()> copy_in, copy_out;
   if (zero_copy) {
     for (uint32_t k = 0; k < m.world(); ++k) {
-      a.inputs[k] = m.heap_base(k) + send_off;
-      a.outputs[k] = m.heap_base(k) + recv_off;
+      a.inputs[k] = send_at[k];
+      a.outputs[k] = const_cast<void*>(recv_at[k]);
     }
     if (send == recv) algo = device::DeviceAlgorithm::kTwoShotPush;  // the launcher's in-place rule, said up front
   } else {
@@ -721,7 +856,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
       copy_out = CopyLater(recv, mine, bytes, stream);
     }
   }
-  Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_off, recv_off);
+  Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_tag, recv_tag);
   // Checked before anything is enqueued: a refused op must not take an index.
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllReduce(dtype, op, algo, a, m.blocks));
   auto kernel = [&] { return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream); };
@@ -743,20 +878,22 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   if (m.setup.daemon_executed) {
     return DaemonOp(CollectiveKind::kAllGather, send, recv, count, dtype, ReduceOp::kUnspecified, stream, out);
   }
-  uint64_t recv_off = 0, send_off = 0;
-  const bool zero_copy = m.InHeap(recv, out_bytes, &recv_off);
+  uint64_t recv_tag = 0;
+  const void* recv_at[device::kMaxDeviceRanks];
+  const bool zero_copy = m.Symmetric(recv, out_bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
   device::GatherAlgorithm algo = device::GatherAlgorithm::kPush;
   std::function<Status()> copy_in;
   if (zero_copy) {
-    if (!m.InHeap(send, bytes, &send_off)) COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
+    uint64_t unused_tag = 0;
+    const void* unused_at[device::kMaxDeviceRanks];
+    if (!m.Symmetric(send, bytes, &unused_tag, unused_at)) COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
     for (uint32_t k = 0; k < m.world(); ++k) {
-      a.outputs[k] = m.heap_base(k) + recv_off;
+      a.outputs[k] = const_cast<void*>(recv_at[k]);
       // Push reads only this rank's input; a peer's is named as its own
       // output chunk (never read), which keeps the launcher's overlap checks exact.
-      a.inputs[k] = k == m.setup.rank ? send : m.heap_base(k) + recv_off + k * bytes;
+      a.inputs[k] = k == m.setup.rank ? send : static_cast<const uint8_t*>(recv_at[k]) + k * bytes;
     }
-    send_off = 0;  // peers do not address this rank's input
   } else {
     COLLECTIVED_RETURN_IF_ERROR(m.CheckStaged(send, recv, bytes, "input", "recv"));
     algo = device::GatherAlgorithm::kPull;
@@ -766,8 +903,9 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
     uint8_t* mine = m.staging(m.setup.rank, bytes);
     copy_in = CopyLater(mine, send, bytes, stream);
   }
-  Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy,
-           send_off, recv_off);
+  // Peers do not address this rank's input: only recv's place is compared.
+  Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy, 0,
+           recv_tag);
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllGather(dtype, a, m.blocks, algo));
   auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
   return m.Enqueue(stream, {CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, count}, copy_in, kernel,

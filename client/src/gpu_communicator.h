@@ -19,9 +19,10 @@
 // streams (each waits for the previous one); graph replays must be ordered
 // against that rank's other ops by the caller (one stream, or events).
 //
-// Ops on spans of the symmetric heap (Communicator::AllocBuffer) run zero-copy:
-// peers read and write them in place. Any other device pointers are staged
-// through the fixed input slots (at most max_message_bytes per rank).
+// Ops on spans of the symmetric heap (Communicator::AllocBuffer), or of the
+// callers' own cuMem buffers registered by every rank (RegisterBuffer), run
+// zero-copy: peers read and write them in place. Any other device pointers
+// are staged through the fixed input slots (at most max_message_bytes per rank).
 // No CUDA type appears here, so the rest of the client library compiles
 // without the toolkit; gpu_communicator_stub.cc stands in when it is absent.
 #ifndef COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_
@@ -60,6 +61,14 @@ struct GpuWindowRef {
   std::string device_uuid;
 };
 
+// What the daemon answers a registration: the buffer id every rank shares,
+// and per rank its allocation (a window to fetch) and the buffer's offset in it.
+struct GpuRegistrationReply {
+  uint64_t buffer_id = 0;
+  std::vector<GpuWindowRef> allocations;
+  std::vector<uint64_t> offsets;
+};
+
 struct GpuCommSetup {
   int device = 0;  // this rank's ordinal in this process
   uint32_t rank = 0;
@@ -75,12 +84,18 @@ struct GpuCommSetup {
   uint32_t blocks = 0;  // per rank's kernel, the same on every rank (the daemon's choice)
   // Tells the daemon about an op captured into a graph (at capture time).
   std::function<Status(CollectiveKind, DataType, ReduceOp, uint64_t count)> register_plan;
+  // Registers this rank's allocation (`fd`, not taken) with the daemon; returns when every rank did.
+  std::function<Status(int fd, uint64_t allocation_bytes, uint64_t offset, uint64_t bytes, GpuRegistrationReply*)>
+      register_buffer;
+  // Gives the daemon's reference to this rank's registered allocation back.
+  std::function<Status(uint64_t buffer_id)> deregister_buffer;
   std::shared_ptr<void> queue_lease;  // from LeaseGpuRankQueue, held while the communicator lives
 };
 
-// A buffer of the symmetric heap: its pointer, and what keeps it mapped and
-// returns its range.
+// A buffer ops run zero-copy on (a heap range, or a registered buffer of the
+// caller's): its pointer, what keeps it mapped, and what gives it back.
 struct GpuHeapBuffer {
+  uint64_t id = 0;  // registered buffers: the id every rank shares; heap: 0
   void* ptr = nullptr;
   uint64_t bytes = 0;
   std::shared_ptr<void> keep;
@@ -94,6 +109,9 @@ class GpuCommunicator {
 
   // Same sizes in the same order on every rank give every rank the same offset.
   Status AllocBuffer(uint64_t bytes, GpuHeapBuffer* out);
+  // This rank's own cuMem memory [ptr, ptr + bytes), registered by every rank
+  // in the same order (collective): ops on it run zero-copy.
+  Status RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer* out);
   Status AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op, void* stream,
                    std::shared_ptr<GpuOpState>* out);
   Status AllGather(const void* send, void* recv, uint64_t count, DataType dtype, void* stream,

@@ -25,6 +25,7 @@ GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(i
 GpuCommunicator::~GpuCommunicator() = default;
 Status GpuCommunicator::Create(GpuCommSetup, const FetchFd&, std::unique_ptr<GpuCommunicator>*) { return NoCuda(); }
 Status GpuCommunicator::AllocBuffer(uint64_t, GpuHeapBuffer*) { return NoCuda(); }
+Status GpuCommunicator::RegisterBuffer(void*, uint64_t, GpuHeapBuffer*) { return NoCuda(); }
 Status GpuCommunicator::AllReduce(const void*, void*, uint64_t, DataType, ReduceOp, void*,
                                   std::shared_ptr<GpuOpState>*) {
   return NoCuda();

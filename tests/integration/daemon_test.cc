@@ -3,6 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -426,6 +429,91 @@ TEST_F(DaemonTest, RawRpcBadIdsGetPreciseCodes) {
   close(sock);
   // All of it left the daemon serving.
   EXPECT_EQ(SumAllReduce(*c, *comm, 64, 3), 0u);
+}
+
+// Registration of callers' GPU buffers (API 1.3), checked where CI runs it:
+// fds deposited over the fd socket, bounded per session, and a registration
+// refused with the reason on a communicator that is not a GPU one.
+TEST_F(DaemonTest, GpuBufferRegistrationIsCheckedOnTheHostBackend) {
+  auto stub = RawStub(daemon_);
+  v1::AttachRequest attach;
+  attach.set_api_major(kApiMajor);
+  attach.set_client_name("raw-register");
+  v1::AttachResponse session;
+  auto ctx = Ctx();
+  ASSERT_TRUE(stub->Attach(ctx.get(), attach, &session).ok());
+  int sock = -1;
+  ASSERT_TRUE(ipc::ConnectUnix(session.fd_socket_path(), &sock).ok());
+  auto call = [&](ipc::FdRequestType type, int fd_to_send, ipc::FdReply* reply) {
+    ipc::FdRequest req{ipc::kFdMagic, type, session.session_id(), session.session_token()};
+    int got = -1;
+    ASSERT_TRUE(ipc::SendWithFd(sock, &req, sizeof(req), fd_to_send).ok());
+    ASSERT_TRUE(ipc::RecvWithFd(sock, reply, sizeof(*reply), &got).ok());
+    EXPECT_EQ(got, -1);
+  };
+  ipc::FdReply reply{};
+  call(ipc::FdRequestType::kDepositFd, -1, &reply);  // before hello
+  EXPECT_EQ(reply.code, static_cast<int>(StatusCode::kPermissionDenied));
+  call(ipc::FdRequestType::kHello, -1, &reply);
+  ASSERT_EQ(reply.code, 0) << reply.message;
+  call(ipc::FdRequestType::kDepositFd, -1, &reply);  // no fd with it
+  EXPECT_EQ(reply.code, static_cast<int>(StatusCode::kInvalidArgument));
+  const int memfd = memfd_create("deposit", MFD_CLOEXEC);
+  ASSERT_GE(memfd, 0);
+  call(ipc::FdRequestType::kDepositFd, memfd, &reply);
+  ASSERT_EQ(reply.code, 0) << reply.message;
+  const uint64_t deposit = reply.bytes;
+  EXPECT_NE(deposit, 0u);
+  // A session cannot pile up unclaimed fds.
+  int refused = 0;
+  for (int i = 0; i < 80 && refused == 0; ++i) {
+    call(ipc::FdRequestType::kDepositFd, memfd, &reply);
+    if (reply.code == static_cast<int>(StatusCode::kResourceExhausted)) ++refused;
+  }
+  EXPECT_EQ(refused, 1);
+  close(memfd);
+
+  v1::CreateCommunicatorRequest join;
+  join.set_session_id(session.session_id());
+  join.set_key("raw-register");
+  join.set_world_size(1);
+  v1::CreateCommunicatorResponse comm;
+  auto ctx2 = Ctx();
+  ASSERT_TRUE(stub->CreateCommunicator(ctx2.get(), join, &comm).ok());
+  v1::RegisterGpuBufferRequest reg;
+  reg.set_session_id(session.session_id());
+  reg.set_comm_id(comm.comm_id());
+  reg.set_deposit_id(deposit);
+  reg.set_allocation_bytes(1 << 20);
+  reg.set_bytes(4096);
+  v1::RegisterGpuBufferResponse reg_resp;
+  auto ctx3 = Ctx();
+  grpc::Status st = stub->RegisterGpuBuffer(ctx3.get(), reg, &reg_resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("needs a GPU communicator"), std::string::npos) << st.error_message();
+  reg.set_comm_id(comm.comm_id() + 1000);
+  auto ctx4 = Ctx();
+  EXPECT_EQ(stub->RegisterGpuBuffer(ctx4.get(), reg, &reg_resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::DeregisterGpuBufferRequest dereg;
+  dereg.set_session_id(session.session_id());
+  dereg.set_comm_id(comm.comm_id());
+  dereg.set_buffer_id(1);
+  v1::DeregisterGpuBufferResponse dereg_resp;
+  auto ctx5 = Ctx();
+  EXPECT_EQ(stub->DeregisterGpuBuffer(ctx5.get(), dereg, &dereg_resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  // Closing the fd socket ends the session: its deposits and membership go with it.
+  const uint64_t sessions_before = Stats(daemon_).sessions();
+  close(sock);
+  for (int i = 0; i < 100 && Stats(daemon_).sessions() == sessions_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Stats(daemon_).sessions(), sessions_before - 1);
+  // The client library refuses it on a host communicator before asking the daemon.
+  auto c = daemon_.Connect();
+  auto host_comm = Join(*c, "register-host", 1, 0);
+  Buffer out;
+  int word = 0;
+  EXPECT_EQ(host_comm->RegisterBuffer(&word, sizeof(word), &out).code(), StatusCode::kFailedPrecondition);
 }
 
 // A client killed while its peers wait in an op: they get ABORTED (naming the

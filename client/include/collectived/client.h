@@ -38,7 +38,7 @@
 namespace collectived {
 
 constexpr uint32_t kApiMajor = 1;
-constexpr uint32_t kApiMinor = 2;  // 1.1: GPU communicators; 1.2: cannot_join
+constexpr uint32_t kApiMinor = 3;  // 1.1: GPU communicators; 1.2: cannot_join; 1.3: registered GPU buffers
 
 // A GPU stream (cudaStream_t or hipStream_t), opaque so that this header
 // needs no GPU runtime.
@@ -48,6 +48,7 @@ constexpr uint64_t kIndexOnDevice = UINT64_MAX;
 
 class ClientImpl;
 class CommunicatorImpl;
+struct GpuHeapBuffer;
 struct HandleState;
 struct BufferState;
 
@@ -173,11 +174,24 @@ class Communicator {
   // synchronizing their stream, before freeing). Keep a buffer alive while a
   // CUDA graph that uses it may still be launched.
   Status AllocBuffer(uint64_t bytes, Buffer* out);
+  // GPU communicators, client-executed: registers this rank's own device
+  // memory [ptr, ptr + bytes) (a framework's tensor, say) so that ops on it
+  // run zero-copy, as on heap buffers. It must be cuMem memory exportable as
+  // a POSIX fd (cuMemCreate with requestedHandleTypes =
+  // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR); cudaMalloc and pool memory are
+  // refused (INVALID_ARGUMENT) and stay staged. Collective: every rank
+  // registers buffers of the same size in the same order, and the call
+  // returns once all did (or the join timeout passed). The Buffer stands for
+  // the registration (data() is ptr, id() the buffer id every rank shares);
+  // Free waits for this rank's ops enqueued before it, then deregisters.
+  // Keep the memory mapped while it is registered, and while a CUDA graph
+  // that uses it may still be launched.
+  Status RegisterBuffer(void* ptr, uint64_t bytes, Buffer* out);
   // Enqueued on `stream` (eager or captured). send/recv: device memory of this
-  // rank's device; heap buffers (AllocBuffer) run zero-copy, anything else is
-  // staged through the fixed slots. In place when send == recv (all-gather:
+  // rank's device; heap buffers (AllocBuffer) and registered buffers
+  // (RegisterBuffer) run zero-copy, anything else is staged through the fixed slots. In place when send == recv (all-gather:
   // send is recv's rank-th chunk). Every rank's op at the same index must
-  // agree (kind, type, op, count, heap offsets): the kernels check it.
+  // agree (kind, type, op, count, buffers and offsets): the kernels check it.
   Status AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op, GpuStream stream,
                    Handle* handle);
   Status AllGather(const void* send, void* recv, uint64_t count, DataType dtype, GpuStream stream, Handle* handle);
@@ -200,6 +214,7 @@ class Communicator {
  private:
   friend class ClientImpl;
   explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  static void WrapGpuBuffer(GpuHeapBuffer b, Buffer* out);
   std::unique_ptr<CommunicatorImpl> impl_;
 };
 
