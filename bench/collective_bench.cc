@@ -9,7 +9,9 @@
 // -z 0 on cudaMalloc (staged through the fixed slots).
 // Per size: out-of-place and in-place `time algbw busbw #wrong`,
 // plus the least-traffic bandwidth (every input read once, every output
-// written once: 2nS for all-reduce, nS + n*nS for all-gather) and its share of
+// written once: 2nS for all-reduce, nS + n*nS for all-gather; in place, each
+// rank's own chunk of an all-gather's output already is its input, so
+// nS + n*(n-1)S) and its share of
 // the 4.28 TB/s copy ceiling measured on the H200. Exit status 1 on any wrong
 // element. `-t ceilings` instead measures this GPU's copy and memset
 // (write-only) ceilings at -e bytes, to put beside a run's percentages.
@@ -302,8 +304,8 @@ int main(int argc, char** argv) {
   say("# collective-bench: %s, %s; algo %s, graph %d, iters %d, warmup %d\n",
       o.spec.gather ? "all_gather" : "all_reduce", ranks->Describe().c_str(), o.spec.algo.c_str(), o.graph, o.iters,
       o.warmup);
-  say("# least-traffic bandwidth (ltbw) counts each input read once and each output written once; "
-      "%% of the %.0f GB/s copy ceiling\n", kCopyCeilingGBs);
+  say("# least-traffic bandwidth (ltbw) counts each input read once and each output written once (in place: "
+      "an all-gather's own chunk is not written); %% of the %.0f GB/s copy ceiling\n", kCopyCeilingGBs);
   say("#%13s %12s %8s %6s   %10s %8s %8s %6s %8s %5s   %10s %8s %8s %6s %8s %5s\n", "size", "count", "type", "redop",
       "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%", "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%");
   uint64_t total_wrong = 0;
@@ -322,7 +324,9 @@ int main(int argc, char** argv) {
       const double t = runner.Time(count, in_place);
       const double algbw = size / t / 1e9;
       const double busbw = algbw * (o.spec.gather ? (n - 1.0) / n : 2.0 * (n - 1) / n);
-      const double least = o.spec.gather ? (n * count * es + n * size) : 2.0 * n * size;
+      // In place, an all-gather's own chunk is not written again (the kernels skip it).
+      const double gather_writes = in_place ? n * (size - count * es) : n * size;
+      const double least = o.spec.gather ? (n * count * es + gather_writes) : 2.0 * n * size;
       const double ltbw = least / t / 1e9;
       say("   %10.2f %8.2f %8.2f %6llu %8.1f %5.1f", t * 1e6, algbw, busbw, (unsigned long long)wrong, ltbw,
           100.0 * ltbw / kCopyCeilingGBs);

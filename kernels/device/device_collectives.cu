@@ -372,10 +372,14 @@ __device__ __forceinline__ void StoreStreaming(uint4* p, const uint4& v) {
 #endif
 }
 
+constexpr uint32_t kSkipNone = UINT32_MAX;
+
 // Copies `packs` 16-byte packs of `in` to byte offset `at` of each of the
-// `nout` outputs. Loads of kCopyUnroll packs are issued before any store, for
-// the same reason as in ReduceRange.
-__device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at) {
+// `nout` outputs but output `skip` (in place: the input already is its chunk
+// there, so writing it again is traffic for nothing). Loads of kCopyUnroll
+// packs are issued before any store, for the same reason as in ReduceRange.
+__device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at,
+                               uint32_t skip) {
   constexpr int kCopyUnroll = 8;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -385,6 +389,7 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u) v[u] = in[p + u * nthreads];
     for (uint32_t j = 0; j < nout; ++j) {
+      if (j == skip) continue;
       uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
 #pragma unroll
       for (int u = 0; u < kCopyUnroll; ++u) StoreStreaming(out + p + u * nthreads, v[u]);
@@ -392,26 +397,35 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
   }
   for (; p < packs; p += nthreads) {
     const uint4 v = in[p];
-    for (uint32_t j = 0; j < nout; ++j) StoreStreaming(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
+    for (uint32_t j = 0; j < nout; ++j) {
+      if (j != skip) StoreStreaming(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
+    }
   }
 }
 
 // Copies `count` elements of `in` to element `at` of each of the `nout`
-// outputs with the grid (16-byte packs when `vec`).
+// outputs with the grid (16-byte packs when `vec`). An output that `in`
+// already is (in place) is not written again.
 template <typename T>
 __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs, uint32_t nout, uint64_t at,
                                   bool vec) {
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  uint32_t skip = kSkipNone;
+  for (uint32_t j = 0; j < nout; ++j) {
+    if (static_cast<const T*>(outs[j]) + at == in) skip = j;
+  }
   uint64_t scalar_begin = 0;
   if (vec) {
     constexpr uint64_t kN = 16 / sizeof(T);
-    BroadcastPacks(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T));
+    BroadcastPacks(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T), skip);
     scalar_begin = count / kN * kN;
   }
   for (uint64_t i = scalar_begin + tid; i < count; i += nthreads) {
     const T v = in[i];
-    for (uint32_t j = 0; j < nout; ++j) static_cast<T*>(outs[j])[at + i] = v;
+    for (uint32_t j = 0; j < nout; ++j) {
+      if (j != skip) static_cast<T*>(outs[j])[at + i] = v;
+    }
   }
 }
 
