@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Packs what the device batch scripts need into gpu-bundle/ (ignored by git;
+# carry it with the device tool): the built binaries with the shared libraries
+# the GPU machine lacks (../shared/tools/device-bundle), and the scripts.
+#   bash bench/make_gpu_bundle.sh [BUNDLE_DIR]   (after deploy/build.sh)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/gpu-bundle}
+tool=${DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}
+[ -x "$tool" ] || { echo "make_gpu_bundle: $tool not found (set DEVICE_BUNDLE)" >&2; exit 1; }
+rm -rf "$out"
+bins=()
+for b in "$root"/build/bin/*; do [ -x "$b" ] && bins+=("$b"); done
+bash "$tool" pack "$out" "${bins[@]}"
+# Debug info would take the bundle past the device tool's 64 MiB carry limit.
+strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+cp "$root"/bench/*.sh "$root"/tests/run_example.sh "$root"/tests/stress/negative-controls.sh "$out"/
+echo "bundle: $out ($(du -sh "$out" | cut -f1))"
