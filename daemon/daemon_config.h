@@ -27,6 +27,10 @@ struct DaemonConfig {
   // at most this many bytes per communicator (larger ops go in pieces).
   std::string gpu_reduce_path = "fused";
   uint64_t gpu_copy_engine_scratch_bytes = 256ull << 20;
+  // How GPU communicator memory is shared with members: "cumem" (fds),
+  // "legacy-ipc" (cudaIpc handles), or "auto" (cumem where the devices can
+  // export it, legacy-ipc otherwise).
+  std::string gpu_memory_export = "auto";
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;

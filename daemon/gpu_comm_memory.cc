@@ -1,9 +1,12 @@
 #include "daemon/gpu_comm_memory.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 
 #ifdef COLLECTIVED_HAVE_CUDA
 #include "ipc/cumem_window.h"
+#include "ipc/legacy_ipc_window.h"
 #include "kernels/device/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
 #endif
@@ -15,7 +18,7 @@ namespace collectived::daemon {
 static_assert(kMaxGpuRanks == device::kMaxDeviceRanks, "one limit for the daemon and the kernels");
 
 struct GpuCommMemory::Windows {
-  std::vector<std::unique_ptr<ipc::CuMemWindow>> windows;
+  std::vector<std::unique_ptr<ipc::GpuWindow>> windows;
   std::vector<std::string> devices;
 };
 
@@ -30,24 +33,42 @@ bool CudaBackendAvailable(std::string* why_not) {
 }
 
 Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
-                             std::unique_ptr<GpuCommMemory>* out) {
+                             GpuMemoryExport how, std::unique_ptr<GpuCommMemory>* out) {
   if (device_uuids.empty()) return Status::InvalidArgument("a GPU communicator needs at least one rank");
   auto m = std::unique_ptr<GpuCommMemory>(new GpuCommMemory());
   m->windows_ = std::make_unique<Windows>();
   m->slot_bytes_ = device::AlignUp(slot_bytes, device::kHeapAlignment);
   m->heap_bytes_ = device::AlignUp(heap_bytes, device::kHeapAlignment);
+  m->legacy_ipc_ = how == GpuMemoryExport::kLegacyIpc;
+  if (how == GpuMemoryExport::kAuto) {
+    for (const std::string& uuid : device_uuids) {
+      int ordinal = 0;
+      std::string why_not;
+      COLLECTIVED_RETURN_IF_ERROR(ipc::GpuOrdinalByUuid(uuid, &ordinal));
+      if (!m->legacy_ipc_ && !ipc::CuMemFdExportSupported(ordinal, &why_not)) {
+        spdlog::warn("{}: sharing GPU communicator memory by legacy cudaIpc handles", why_not);
+        m->legacy_ipc_ = true;
+      }
+    }
+  }
   auto add = [&](const std::string& uuid, uint64_t bytes) -> Status {
     int ordinal = 0;
     COLLECTIVED_RETURN_IF_ERROR(ipc::GpuOrdinalByUuid(uuid, &ordinal));
-    std::unique_ptr<ipc::CuMemWindow> w;
-    COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Create(ordinal, bytes, &w));
-    m->windows_->windows.push_back(std::move(w));
+    if (m->legacy_ipc_) {
+      std::unique_ptr<ipc::LegacyIpcWindow> w;
+      COLLECTIVED_RETURN_IF_ERROR(ipc::LegacyIpcWindow::Create(ordinal, bytes, &w));
+      m->windows_->windows.push_back(std::move(w));
+    } else {
+      std::unique_ptr<ipc::CuMemWindow> w;
+      COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Create(ordinal, bytes, &w));
+      m->windows_->windows.push_back(std::move(w));
+    }
     m->windows_->devices.push_back(uuid);
     return Status::Ok();
   };
   COLLECTIVED_RETURN_IF_ERROR(add(device_uuids[0], device::GpuControlLayout::kBytes));
   // Flags, counters and the error word start at zero; slots and heaps need not.
-  ipc::CuMemWindow& control = *m->windows_->windows[0];
+  ipc::GpuWindow& control = *m->windows_->windows[0];
   COLLECTIVED_GPU_CHECK(gpuSetDevice(control.ordinal()));
   COLLECTIVED_GPU_CHECK(gpuMemset(control.device_ptr(), 0, control.size()));
   COLLECTIVED_GPU_CHECK(gpuDeviceSynchronize());
@@ -78,7 +99,13 @@ GpuCommMemory::~GpuCommMemory() {
 
 Status GpuCommMemory::ExportFd(uint32_t w, int* fd) const {
   if (w >= windows_->windows.size()) return Status::NotFound("no such GPU window");
-  return windows_->windows[w]->ExportFd(fd);
+  if (legacy_ipc_) return Status::FailedPrecondition("this communicator's memory is shared by cudaIpc handles, not fds");
+  return static_cast<const ipc::CuMemWindow&>(*windows_->windows[w]).ExportFd(fd);
+}
+const std::string& GpuCommMemory::legacy_handle(uint32_t w) const {
+  static const std::string kNone;
+  if (!legacy_ipc_ || w >= windows_->windows.size()) return kNone;
+  return static_cast<const ipc::LegacyIpcWindow&>(*windows_->windows[w]).handle();
 }
 uint32_t GpuCommMemory::window_count() const { return static_cast<uint32_t>(windows_->windows.size()); }
 uint64_t GpuCommMemory::window_bytes(uint32_t w) const { return windows_->windows[w]->size(); }
@@ -142,11 +169,16 @@ bool CudaBackendAvailable(std::string* why_not) {
   return false;
 }
 
-Status GpuCommMemory::Create(const std::vector<std::string>&, uint64_t, uint64_t, std::unique_ptr<GpuCommMemory>*) {
+Status GpuCommMemory::Create(const std::vector<std::string>&, uint64_t, uint64_t, GpuMemoryExport,
+                             std::unique_ptr<GpuCommMemory>*) {
   return Status::FailedPrecondition("this collectived was built without the CUDA backend");
 }
 GpuCommMemory::~GpuCommMemory() = default;
 Status GpuCommMemory::ExportFd(uint32_t, int*) const { return Status::FailedPrecondition("no CUDA backend"); }
+const std::string& GpuCommMemory::legacy_handle(uint32_t) const {
+  static const std::string kNone;
+  return kNone;
+}
 uint32_t GpuCommMemory::window_count() const { return 0; }
 uint64_t GpuCommMemory::window_bytes(uint32_t) const { return 0; }
 const std::string& GpuCommMemory::window_device(uint32_t) const {

@@ -1,7 +1,9 @@
 // The device memory of one GPU communicator, owned by the daemon: a control
 // window on the first rank's device and one rank window (input slot, then
 // symmetric heap) per rank on that rank's device, all cuMem allocations that
-// members import by fd (kernels/device/gpu_comm_layout.h has the layout).
+// members import by fd (kernels/device/gpu_comm_layout.h has the layout), or,
+// where cuMem memory cannot be exported, cudaMalloc memory that members open
+// by legacy cudaIpc handle.
 // Built with the CUDA toolkit; elsewhere Create() says the backend is absent.
 #ifndef COLLECTIVED_DAEMON_GPU_COMM_MEMORY_H_
 #define COLLECTIVED_DAEMON_GPU_COMM_MEMORY_H_
@@ -21,16 +23,25 @@ constexpr uint32_t kMaxGpuRanks = 16;
 // True when this build has the CUDA backend and at least one GPU is visible.
 bool CudaBackendAvailable(std::string* why_not);
 
+// How the windows are shared: "cumem" (fds), "legacy-ipc" (cudaIpc handles),
+// or "auto" (cumem where every device can export it, else legacy-ipc).
+enum class GpuMemoryExport { kAuto, kCuMem, kLegacyIpc };
+
 class GpuCommMemory {
  public:
   // `device_uuids[r]` is rank r's device. slot_bytes and heap_bytes are
   // rounded up to the heap alignment.
   static Status Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
-                       std::unique_ptr<GpuCommMemory>* out);
+                       GpuMemoryExport how, std::unique_ptr<GpuCommMemory>* out);
   ~GpuCommMemory();
 
   // Window w: 0 is the control window, 1 + r rank r's. A new fd the caller closes.
   Status ExportFd(uint32_t w, int* fd) const;
+  // Legacy windows: the cudaIpc handle of window w (members open it). Such
+  // memory must outlive every member's mapping: keep this object until every
+  // member session ended.
+  bool legacy_ipc() const { return legacy_ipc_; }
+  const std::string& legacy_handle(uint32_t w) const;
   uint32_t window_count() const;
   uint64_t window_bytes(uint32_t w) const;
   const std::string& window_device(uint32_t w) const;
@@ -64,6 +75,7 @@ class GpuCommMemory {
   uint64_t slot_bytes_ = 0;
   uint64_t heap_bytes_ = 0;
   uint32_t blocks_ = 1;
+  bool legacy_ipc_ = false;
 };
 
 }  // namespace collectived::daemon

@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-reduce-path", cfg.gpu_reduce_path,
                  "daemon-executed GPU all-reduce: fused (one kernel) | copy-engine (copy engines move, SMs reduce)")
       ->capture_default_str()->check(CLI::IsMember({"fused", "copy-engine"}));
+  app.add_option("--gpu-memory-export", cfg.gpu_memory_export,
+                 "how members map GPU communicator memory: auto | cumem (fds) | legacy-ipc (cudaIpc handles)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "cumem", "legacy-ipc"}));
   app.add_option("--gpu-copy-engine-scratch-bytes", cfg.gpu_copy_engine_scratch_bytes,
                  "scratch per communicator for the copy-engine all-reduce (larger ops run in pieces)")
       ->capture_default_str()->check(CLI::Range(uint64_t{1} << 16, uint64_t{1} << 40));

@@ -53,6 +53,10 @@ struct Registry::Session {
   std::map<uint64_t, BufferRecord> buffers;
   std::set<std::pair<uint64_t, uint32_t>> memberships;  // (comm id, rank)
   std::map<uint64_t, SharedFd> deposits;  // fds sent for a registration not yet made
+  // Legacy-IPC memory of communicators this session was a member of: freed
+  // only when every such session ended, since its process may still have the
+  // handles open (freeing it under a mapping is undefined behaviour).
+  std::vector<std::shared_ptr<GpuCommMemory>> held_gpu_memory;
 };
 
 // Resolves buffers for the daemon's executors of one communicator.
@@ -93,6 +97,7 @@ struct Registry::Comm {
   std::shared_ptr<GpuExecutor> gpu_executor;  // daemon-executed GPU communicators
   std::vector<uint64_t> captured_plans;        // per rank: ops registered at capture time
   std::vector<uint64_t> registrations_made;    // per rank: buffers it registered so far
+  std::vector<uint64_t> formed_members;        // the session of each rank when it formed
   std::map<uint64_t, GpuRegistration> registrations;  // by buffer id (k-th registration: id k)
 };
 
@@ -299,7 +304,7 @@ void Registry::RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone 
       for (uint32_t k = 0; k < world; ++k) {
         g.window_ids[k] = next_id_++;
         registered_windows_[g.window_ids[k]] = {comm->id, id, k};
-        result.allocations.push_back({g.window_ids[k], g.allocation_bytes[k], comm->device_uuids[k]});
+        result.allocations.push_back({g.window_ids[k], g.allocation_bytes[k], comm->device_uuids[k], ""});
         result.offsets.push_back(g.offsets[k]);
       }
       spdlog::info("communicator {} '{}': registered buffer {} of {} bytes on every rank", comm->id, comm->key, id,
@@ -628,6 +633,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         }
       }
       comm->formed = true;
+      comm->formed_members = comm->members;
       comm_by_key_.erase(comm->key);  // the key may be used again for a new communicator
       if (comm->mode == ExecutionMode::kDaemon && !comm->gpu) {  // GPU: the GpuExecutor owns the rings
         comm->resolver = std::make_shared<CommResolver>(this, comm->id);
@@ -648,7 +654,8 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
         result.gpu_heap_bytes = mem.heap_bytes();
         result.gpu_blocks = mem.blocks();
         for (uint32_t w = 0; w < mem.window_count(); ++w) {
-          GpuWindowInfo info{comm->gpu_window_ids[w], mem.window_bytes(w), mem.window_device(w)};
+          GpuWindowInfo info{comm->gpu_window_ids[w], mem.window_bytes(w), mem.window_device(w),
+                             mem.legacy_handle(w)};
           if (w == 0) {
             result.gpu_control = info;
           } else {
@@ -671,12 +678,19 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
 
 Status Registry::FormGpuLocked(Comm& comm) {
   std::unique_ptr<GpuCommMemory> mem;
-  Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes, &mem);
+  const GpuMemoryExport how = config_.gpu_memory_export == "cumem"        ? GpuMemoryExport::kCuMem
+                              : config_.gpu_memory_export == "legacy-ipc" ? GpuMemoryExport::kLegacyIpc
+                                                                          : GpuMemoryExport::kAuto;
+  Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes, how, &mem);
   if (!s.ok()) {
     spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
     return s;
   }
   comm.gpu_memory = std::move(mem);
+  if (comm.gpu_memory->legacy_ipc()) {
+    spdlog::info("GPU communicator {} '{}': memory shared by legacy cudaIpc handles (held until every member "
+                 "session ends)", comm.id, comm.key);
+  }
   if (comm.mode == ExecutionMode::kDaemon) {
     std::unique_ptr<GpuExecutor> ex;
     GpuExecutor::Paths paths;
@@ -773,6 +787,14 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     if (recently_closed_.size() > 16) recently_closed_.pop_front();
   }
   for (uint64_t w : comm.gpu_window_ids) gpu_windows_.erase(w);  // members keep their own mappings
+  if (comm.gpu_memory && comm.gpu_memory->legacy_ipc()) {
+    // cudaIpc mappings do not keep the memory alive: it stays until every
+    // member session that may still have it open has ended.
+    for (uint64_t session : comm.formed_members) {
+      auto sit = sessions_.find(session);
+      if (sit != sessions_.end()) sit->second->held_gpu_memory.push_back(comm.gpu_memory);
+    }
+  }
   for (const auto& [id, g] : comm.registrations) {
     for (uint64_t w : g.window_ids) registered_windows_.erase(w);
   }
@@ -908,6 +930,8 @@ void Registry::CleanupSession(uint64_t session_id, const std::string& why) {
     auto buffers = std::make_shared<std::map<uint64_t, BufferRecord>>(std::move(s.buffers));
     for (auto& [id, b] : *buffers) buffer_bytes_ -= b.bytes;
     after.push_back([buffers] { buffers->clear(); });
+    // Legacy-IPC memory it may still have had open (the last holder frees it, outside the lock).
+    after.push_back([held = std::move(s.held_gpu_memory)]() mutable { held.clear(); });
     spdlog::info("{}; reclaimed {} buffers, {} memberships", reason, buffers->size(), memberships.size());
     sessions_.erase(sit);
   }

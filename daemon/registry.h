@@ -41,6 +41,7 @@ struct GpuWindowInfo {
   uint64_t window_id = 0;
   uint64_t bytes = 0;
   std::string device_uuid;
+  std::string legacy_ipc_handle;  // set: open this cudaIpc handle instead of fetching an fd
 };
 
 struct JoinResult {

@@ -142,6 +142,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
           out->set_window_id(in.window_id);
           out->set_bytes(in.bytes);
           out->set_device_uuid(in.device_uuid);
+          out->set_legacy_ipc_handle(in.legacy_ipc_handle);
         };
         fill(r.gpu_control, resp->mutable_gpu_control());
         for (const auto& w : r.gpu_ranks) fill(w, resp->add_gpu_ranks());

@@ -33,6 +33,7 @@ struct Driver {
   COLLECTIVED_DRIVER_FN(cuMemSetAccess)
   COLLECTIVED_DRIVER_FN(cuMemRetainAllocationHandle)
   COLLECTIVED_DRIVER_FN(cuPointerGetAttribute)
+  COLLECTIVED_DRIVER_FN(cuDeviceGetAttribute)
 #undef COLLECTIVED_DRIVER_FN
   Status status;
 };
@@ -71,6 +72,7 @@ const Driver& GetDriver() {
     COLLECTIVED_LOAD(cuMemSetAccess)
     COLLECTIVED_LOAD(cuMemRetainAllocationHandle)
     COLLECTIVED_LOAD(cuPointerGetAttribute)
+    COLLECTIVED_LOAD(cuDeviceGetAttribute)
 #undef COLLECTIVED_LOAD
   });
   return d;
@@ -151,6 +153,28 @@ Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal) {
     }
   }
   return Status::NotFound("no GPU with UUID " + uuid + " is visible to this process");
+}
+
+bool CuMemFdExportSupported(int ordinal, std::string* why_not) {
+  const Driver& d = GetDriver();
+  CUdevice dev;
+  int vmm = 0, fd = 0;
+  if (!d.status.ok() || d.cuInit(0) != CUDA_SUCCESS || d.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS) {
+    *why_not = "the CUDA driver is not usable";
+    return false;
+  }
+  if (d.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS ||
+      vmm == 0) {
+    *why_not = "device " + std::to_string(ordinal) + " has no virtual memory management (cuMem)";
+    return false;
+  }
+  if (d.cuDeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) !=
+          CUDA_SUCCESS ||
+      fd == 0) {
+    *why_not = "device " + std::to_string(ordinal) + " cannot export cuMem memory as POSIX fds";
+    return false;
+  }
+  return true;
 }
 
 Status ExportCallerRange(const void* ptr, uint64_t bytes, CallerRangeExport* out) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "collectived/status.h"
+#include "ipc/gpu_window.h"
 
 namespace collectived::ipc {
 
@@ -18,6 +19,10 @@ namespace collectived::ipc {
 Status GpuUuid(int ordinal, std::string* uuid);
 // The ordinal of the device named `uuid` in this process.
 Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal);
+
+// Whether device `ordinal` can export cuMem allocations as POSIX fds (what
+// CuMemWindow needs); false with the reason when it cannot.
+bool CuMemFdExportSupported(int ordinal, std::string* why_not);
 
 // The cuMem allocation behind a caller's own buffer [ptr, ptr + bytes), shared
 // zero-copy with the ranks of a communicator: an fd for it (the caller owns
@@ -34,7 +39,7 @@ struct CallerRangeExport {
 };
 Status ExportCallerRange(const void* ptr, uint64_t bytes, CallerRangeExport* out);
 
-class CuMemWindow {
+class CuMemWindow : public GpuWindow {
  public:
   // Allocates at least `bytes` on device `ordinal`, exportable as an fd,
   // mapped read/write here. The size is rounded up to the allocation granularity.
@@ -44,15 +49,15 @@ class CuMemWindow {
   // Allocates like Create, with no POSIX-fd export allowed (as cudaMalloc
   // memory): what registration must refuse, for tests.
   static Status CreateUnexportable(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWindow>* out);
-  ~CuMemWindow();
+  ~CuMemWindow() override;
   CuMemWindow(const CuMemWindow&) = delete;
   CuMemWindow& operator=(const CuMemWindow&) = delete;
 
   // A new fd for the allocation (the caller owns it; send it, then close it).
   Status ExportFd(int* fd) const;
-  void* device_ptr() const { return reinterpret_cast<void*>(ptr_); }
-  uint64_t size() const { return size_; }
-  int ordinal() const { return ordinal_; }
+  void* device_ptr() const override { return reinterpret_cast<void*>(ptr_); }
+  uint64_t size() const override { return size_; }
+  int ordinal() const override { return ordinal_; }
 
  private:
   CuMemWindow() = default;

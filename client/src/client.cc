@@ -307,7 +307,9 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     setup.rank = options.rank;
     setup.seg = seg;
     setup.seg_keep = window;
-    auto ref = [](const v1::GpuWindow& w) { return GpuWindowRef{w.window_id(), w.bytes(), w.device_uuid()}; };
+    auto ref = [](const v1::GpuWindow& w) {
+      return GpuWindowRef{w.window_id(), w.bytes(), w.device_uuid(), w.legacy_ipc_handle()};
+    };
     setup.control = ref(resp.gpu_control());
     for (const auto& w : resp.gpu_ranks()) setup.ranks.push_back(ref(w));
     setup.slot_bytes = resp.gpu_slot_bytes();
@@ -343,7 +345,9 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
         auto ctx = NewContext(register_timeout_ms);  // waits for every rank's registration
         COLLECTIVED_RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterGpuBuffer(ctx.get(), req, &resp)));
         out->buffer_id = resp.buffer_id();
-        for (const auto& w : resp.allocations()) out->allocations.push_back({w.window_id(), w.bytes(), w.device_uuid()});
+        for (const auto& w : resp.allocations()) {
+          out->allocations.push_back({w.window_id(), w.bytes(), w.device_uuid(), ""});
+        }
         out->offsets.assign(resp.offsets().begin(), resp.offsets().end());
         return Status::Ok();
       };

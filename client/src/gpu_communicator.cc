@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ipc/cumem_window.h"
+#include "ipc/legacy_ipc_window.h"
 #include "kernels/device/device_collectives.h"
 #include "kernels/device/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
@@ -357,8 +358,8 @@ struct GpuCommunicator::Impl {
     }
   }
   GpuCommSetup setup;
-  std::unique_ptr<ipc::CuMemWindow> control;
-  std::vector<std::shared_ptr<ipc::CuMemWindow>> ranks;  // shared: heap buffers keep theirs mapped
+  std::unique_ptr<ipc::GpuWindow> control;
+  std::vector<std::shared_ptr<ipc::GpuWindow>> ranks;  // shared: heap buffers keep theirs mapped
   void* registered = nullptr;  // the segment's control page, registered with CUDA
   // Daemon-executed only: device views of the segment's words.
   uint64_t* posted_mirror = nullptr;
@@ -639,7 +640,13 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
   if (s.seg.world_size() > device::kMaxDeviceRanks) return Status::InvalidArgument("too many GPU ranks");
   DeviceGuard guard(s.device);
   COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-  auto import = [&](const GpuWindowRef& ref, std::unique_ptr<ipc::CuMemWindow>* w) -> Status {
+  auto import = [&](const GpuWindowRef& ref, std::unique_ptr<ipc::GpuWindow>* w) -> Status {
+    if (!ref.legacy_ipc_handle.empty()) {  // the daemon could not export cuMem memory
+      std::unique_ptr<ipc::LegacyIpcWindow> legacy;
+      COLLECTIVED_RETURN_IF_ERROR(ipc::LegacyIpcWindow::Open(ref.legacy_ipc_handle, s.device, ref.bytes, &legacy));
+      *w = std::move(legacy);
+      return Status::Ok();
+    }
     int fd = -1;
     uint64_t bytes = 0;
     COLLECTIVED_RETURN_IF_ERROR(fetch(ref.window_id, &fd, &bytes));
@@ -648,11 +655,14 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
       return Status::Internal("GPU window smaller than announced");
     }
     // Mapped for this rank's device: peers' windows on other GPUs are reached over peer access.
-    return ipc::CuMemWindow::Import(fd, s.device, ref.bytes, w);
+    std::unique_ptr<ipc::CuMemWindow> cumem;
+    COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Import(fd, s.device, ref.bytes, &cumem));
+    *w = std::move(cumem);
+    return Status::Ok();
   };
   COLLECTIVED_RETURN_IF_ERROR(import(s.control, &impl->control));
   for (const GpuWindowRef& ref : s.ranks) {
-    std::unique_ptr<ipc::CuMemWindow> w;
+    std::unique_ptr<ipc::GpuWindow> w;
     COLLECTIVED_RETURN_IF_ERROR(import(ref, &w));
     impl->ranks.push_back(std::move(w));
   }

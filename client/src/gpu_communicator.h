@@ -59,6 +59,7 @@ struct GpuWindowRef {
   uint64_t window_id = 0;
   uint64_t bytes = 0;
   std::string device_uuid;
+  std::string legacy_ipc_handle;  // set: open this cudaIpc handle, no fd to fetch
 };
 
 // What the daemon answers a registration: the buffer id every rank shares,

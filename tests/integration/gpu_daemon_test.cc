@@ -1147,6 +1147,92 @@ TEST(GpuDaemonTest, RegistrationRefusesWhatPeersCannotUse) {
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
 }
 
+// Where cuMem memory cannot be exported, the daemon shares its windows by
+// legacy cudaIpc handles (forced here): both modes stay exact, a killed
+// process still aborts its peer, and the memory outlives every member's
+// Destroy while their sessions may still have it mapped.
+TEST(GpuDaemonTest, LegacyIpcWindowsServeBothModes) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--gpu-memory-export", "legacy-ipc"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  uint64_t seed = 900;
+  {
+    const uint32_t n = 3;
+    Ranks ranks;
+    ASSERT_TRUE(ranks.Create(d, "legacy-client", n, 64ull << 20).ok());
+    EXPECT_NE(d.Log().find("legacy cudaIpc"), std::string::npos) << d.Log();
+    for (bool zero_copy : {true, false}) {
+      const uint64_t max_count = (1u << 20) + 3;
+      Buffers b;
+      ASSERT_TRUE(b.Init(ranks, zero_copy, max_count * 4, n * max_count * 4).ok());
+      for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
+        for (uint64_t count : {uint64_t{1000}, max_count}) {
+          for (bool in_place : {false, true}) {
+            ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, dt, ReduceOp::kSum, count, in_place, ++seed,
+                                                     zero_copy ? "legacy zero-copy" : "legacy staged"));
+          }
+        }
+      }
+      ++seed;
+      std::vector<Handle> h(n);
+      const uint64_t count = 300001;
+      for (uint32_t r = 0; r < n; ++r) {
+        Prepare(DataType::kFloat32, ReduceOp::kUnspecified, true, n, r, seed, count, b.send[r], b.recv[r]);
+      }
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(ranks.comms[r]->AllGather(b.send[r], b.recv[r], count, DataType::kFloat32, ranks.streams[r], &h[r]).ok());
+      }
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_TRUE(h[r].Wait().ok());
+        auto out = Download(b.recv[r], n * count * 4);
+        EXPECT_EQ(testing::CountWrongAllGather(DataType::kFloat32, n, seed, out.data(), count), 0u)
+            << "legacy all-gather" << (zero_copy ? " zero-copy" : " staged") << " rank " << r;
+      }
+    }
+    // Every member destroys while rank 0 still holds a heap buffer (its
+    // mapping of the rank window): the daemon drops the communicator, but
+    // the memory must stay until the sessions end, so writing it is still safe.
+    Buffer kept;
+    ASSERT_TRUE(ranks.comms[0]->AllocBuffer(1 << 20, &kept).ok());
+    for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(ranks.comms[r]->Destroy().ok());
+    for (int i = 0; i < 100 && Stats(d).communicators_size() != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(Stats(d).communicators_size(), 0);
+    ASSERT_EQ(gpuMemset(kept.data(), 0x5a, 1 << 20), gpuSuccess);
+    ASSERT_EQ(gpuDeviceSynchronize(), gpuSuccess);
+    auto back = Download(kept.data(), 1 << 20);
+    EXPECT_EQ(std::count(back.begin(), back.end(), 0x5a), 1 << 20);
+  }
+  {  // daemon-executed over the daemon's own mapping
+    const uint32_t n = 2;
+    Ranks ranks;
+    ASSERT_TRUE(ranks.Create(d, "legacy-daemon", n, 64ull << 20, ExecutionMode::kDaemon).ok());
+    Buffers b;
+    ASSERT_TRUE(b.Init(ranks, true, 4 << 20, 4 << 20).ok());
+    for (bool in_place : {false, true}) {
+      ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, DataType::kFloat32, ReduceOp::kSum, (1 << 20) + 3, in_place,
+                                               ++seed, "legacy daemon-executed"));
+    }
+  }
+  // Separate processes, one killed mid-op: its peer gets ABORTED, not a hang.
+  auto spawn = [&](uint32_t rank, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {GpuClientBin(), "--socket", d.socket(), "--key", "legacy-kill", "--world", "2",
+                                     "--rank", std::to_string(rank)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<testing::Process>(argv, d.dir() + "/legacy-kill" + std::to_string(rank) + ".log");
+  };
+  auto survivor = spawn(0, {"--expect", std::to_string(static_cast<int>(StatusCode::kAborted))});
+  auto victim = spawn(1, {"--hang", "1"});
+  for (int i = 0; i < 600 && survivor->Output().find("posted") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(survivor->Output().find("posted"), std::string::npos) << survivor->Output() << victim->Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  victim->Kill(SIGKILL);
+  EXPECT_EQ(survivor->Wait(kOpTimeoutMs), 0) << survivor->Output();
+}
+
 TEST(GpuDaemonTest, BadInputGetsSpecificErrors) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags());
