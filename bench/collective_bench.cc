@@ -6,7 +6,8 @@
 // (client-executed GPU communicators over daemon-owned memory), -g N ranks as
 // sessions of this process, or, with -M 1 under mpirun, one rank per process.
 // -z 1 puts the buffers on the communicator's symmetric heap (zero-copy),
-// -z 0 on cudaMalloc (staged through the fixed slots).
+// -z 2 in each rank's own cuMem allocation, registered (zero-copy), -z 0 on
+// cudaMalloc (staged through the fixed slots).
 // Per size: out-of-place and in-place `time algbw busbw #wrong`,
 // plus the least-traffic bandwidth (every input read once, every output
 // written once: 2nS for all-reduce, nS + n*nS for all-gather; in place, each
@@ -21,7 +22,7 @@
 //                    [-p single|post]   (one launch per op, or post + collective + complete)
 //                    [-B 1]             (blocks per SM shared by the ranks' kernels; 2 is experimental:
 //                                        residency is not guaranteed, a run may end in a device deadline)
-//                    [-D socket] [-z 1] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
+//                    [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -93,7 +94,7 @@ struct Options {
   bool single_launch = true;  // -p single|post (in-process)
   int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B (in-process)
   std::string socket;           // -D: through collectived
-  bool zero_copy = true;        // -z
+  int placement = 1;            // -z: bench::Placement
   bool mpi = false;             // -M: one rank per MPI process
   bool daemon_executed = false;  // -m daemon
   std::string key = "collective-bench";
@@ -194,7 +195,7 @@ class Runner {
 constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
-    "         [-p single|post] [-B 1] [-D socket] [-z 1] [-M 0|1] [-k key] [-m client|daemon]\n"
+    "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -235,7 +236,14 @@ int main(int argc, char** argv) {
     else if (f == "-p") o.single_launch = std::string(v) != "post";
     else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
     else if (f == "-D") o.socket = v;
-    else if (f == "-z") o.zero_copy = std::atoi(v) != 0;
+    else if (f == "-z") {
+      const std::string z = v;
+      if (z != "0" && z != "1" && z != "2") {
+        std::fprintf(stderr, "-z is 0 (staged), 1 (heap) or 2 (registered cuMem buffers), not %s\n", v);
+        return 2;
+      }
+      o.placement = std::atoi(v);
+    }
     else if (f == "-M") o.mpi = std::atoi(v) != 0;
     else if (f == "-k") o.key = v;
     else if (f == "-m") o.daemon_executed = std::string(v) == "daemon";
@@ -291,7 +299,7 @@ int main(int argc, char** argv) {
     } else {
       for (uint32_t r = 0; r < n; ++r) local.push_back(r);
     }
-    Check(bench::MakeDaemonRanks(o.socket, o.key, n, local, in_bytes, out_bytes, o.zero_copy, o.daemon_executed,
+    Check(bench::MakeDaemonRanks(o.socket, o.key, n, local, in_bytes, out_bytes, static_cast<bench::Placement>(o.placement), o.daemon_executed,
                                  &ranks),
           "init");
   }

@@ -5,6 +5,7 @@
 
 #include "bench/rank_set.h"
 #include "collectived/client.h"
+#include "ipc/cumem_window.h"
 #include "kernels/device/gpu_check.h"
 #include "tests/support/exact_data.h"
 
@@ -15,6 +16,8 @@ class DaemonRanks : public RankSet {
  public:
   ~DaemonRanks() override {
     for (auto& l : ranks_) {
+      l.send_buf.Free();  // registered: deregistered before the memory goes
+      l.recv_buf.Free();
       if (l.comm) l.comm->Destroy();
       for (void* p : l.malloced) gpuFree(p);
       if (l.stream) gpuStreamDestroy(l.stream);
@@ -22,11 +25,12 @@ class DaemonRanks : public RankSet {
   }
 
   Status Init(const std::string& socket, const std::string& key, uint32_t world, const std::vector<uint32_t>& local,
-              uint64_t in_bytes, uint64_t out_bytes, bool zero_copy, bool daemon_executed) {
+              uint64_t in_bytes, uint64_t out_bytes, Placement placement, bool daemon_executed) {
     world_ = world;
     daemon_executed_ = daemon_executed;
     local_ = local;
-    zero_copy_ = zero_copy;
+    placement_ = placement;
+    const bool heap = placement == Placement::kHeap;
     int ndev = 0;
     COLLECTIVED_GPU_CHECK(gpuGetDeviceCount(&ndev));
     ranks_.resize(world);
@@ -43,7 +47,7 @@ class DaemonRanks : public RankSet {
         o.world_size = world;
         o.rank = r;
         o.device = l.device;
-        o.gpu_heap_bytes = zero_copy ? in_bytes + out_bytes + (1 << 20) : 0;
+        o.gpu_heap_bytes = heap ? in_bytes + out_bytes + (1 << 20) : 0;
         o.join_timeout_ms = 120000;
         o.mode = daemon_executed ? ExecutionMode::kDaemon : ExecutionMode::kClient;
         st[r] = l.client->CreateCommunicator(o, &l.comm);
@@ -55,16 +59,34 @@ class DaemonRanks : public RankSet {
       Local& l = ranks_[r];
       COLLECTIVED_GPU_CHECK(gpuSetDevice(l.device));
       COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&l.stream, gpuStreamNonBlocking));
-      if (zero_copy) {
+      if (heap) {
         COLLECTIVED_RETURN_IF_ERROR(l.comm->AllocBuffer(in_bytes, &l.send_buf));
         COLLECTIVED_RETURN_IF_ERROR(l.comm->AllocBuffer(out_bytes, &l.recv_buf));
         l.send = l.send_buf.data();
         l.recv = l.recv_buf.data();
+      } else if (placement == Placement::kRegistered) {
+        // As a framework would: one cuMem allocation per rank, both buffers in it.
+        const uint64_t recv_at = (in_bytes + 4095) / 4096 * 4096;
+        COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Create(l.device, recv_at + out_bytes, &l.own));
+        l.send = l.own->device_ptr();
+        l.recv = static_cast<uint8_t*>(l.own->device_ptr()) + recv_at;
       } else {
         COLLECTIVED_GPU_CHECK(gpuMalloc(&l.send, in_bytes));
         COLLECTIVED_GPU_CHECK(gpuMalloc(&l.recv, out_bytes));
         l.malloced = {l.send, l.recv};
       }
+    }
+    if (placement == Placement::kRegistered) {  // collective: every local rank at once
+      threads.clear();
+      for (uint32_t r : local) {
+        threads.emplace_back([&, r] {
+          Local& l = ranks_[r];
+          st[r] = l.comm->RegisterBuffer(l.send, in_bytes, &l.send_buf);
+          if (st[r].ok()) st[r] = l.comm->RegisterBuffer(l.recv, out_bytes, &l.recv_buf);
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (uint32_t r : local) COLLECTIVED_RETURN_IF_ERROR(st[r]);
     }
     return Status::Ok();
   }
@@ -132,7 +154,9 @@ class DaemonRanks : public RankSet {
 
   std::string Describe() const override {
     return "through collectived: " + std::to_string(local_.size()) + " of " + std::to_string(world_) +
-           " ranks in this process, " + (daemon_executed_ ? "daemon-executed, " : "client-executed, ") + (zero_copy_ ? "zero-copy (symmetric heap)" : "staged (cudaMalloc buffers)");
+           " ranks in this process, " + (daemon_executed_ ? "daemon-executed, " : "client-executed, ") + (placement_ == Placement::kHeap         ? "zero-copy (symmetric heap)"
+            : placement_ == Placement::kRegistered ? "zero-copy (registered cuMem buffers)"
+                                                   : "staged (cudaMalloc buffers)");
   }
 
  private:
@@ -141,6 +165,7 @@ class DaemonRanks : public RankSet {
     std::unique_ptr<Client> client;
     std::unique_ptr<Communicator> comm;
     gpuStream_t stream = nullptr;
+    std::unique_ptr<ipc::CuMemWindow> own;  // registered placement: the rank's own allocation
     Buffer send_buf, recv_buf;
     void* send = nullptr;
     void* recv = nullptr;
@@ -155,7 +180,7 @@ class DaemonRanks : public RankSet {
 
   uint32_t world_ = 0;
   std::vector<uint32_t> local_;
-  bool zero_copy_ = true;
+  Placement placement_ = Placement::kHeap;
   bool daemon_executed_ = false;
   std::vector<Local> ranks_;
 };
@@ -163,10 +188,10 @@ class DaemonRanks : public RankSet {
 }  // namespace
 
 Status MakeDaemonRanks(const std::string& socket, const std::string& key, uint32_t world,
-                       const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, bool zero_copy,
+                       const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, Placement placement,
                        bool daemon_executed, std::unique_ptr<RankSet>* out) {
   auto r = std::make_unique<DaemonRanks>();
-  COLLECTIVED_RETURN_IF_ERROR(r->Init(socket, key, world, local, in_bytes, out_bytes, zero_copy, daemon_executed));
+  COLLECTIVED_RETURN_IF_ERROR(r->Init(socket, key, world, local, in_bytes, out_bytes, placement, daemon_executed));
   *out = std::move(r);
   return Status::Ok();
 }

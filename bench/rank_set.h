@@ -43,11 +43,16 @@ class RankSet {
 // n virtual ranks on one GPU, no daemon. blocks_per_sm: see kResidentBlocksPerSm.
 Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
                           std::unique_ptr<RankSet>* out);
+// Where the buffers of ranks through collectived live (collective-bench -z).
+enum class Placement {
+  kStaged = 0,      // cudaMalloc'd: staged through the fixed slots
+  kHeap = 1,        // the communicator's symmetric heap: zero-copy
+  kRegistered = 2,  // each rank's own cuMem allocation, registered: zero-copy
+};
 // Ranks through collectived at `socket`: `local` of `world` in this process
-// (threads' sessions), buffers on the communicator's symmetric heap
-// (zero_copy) or cudaMalloc'd (staged). `key` names the communicator.
+// (threads' sessions), buffers placed as `placement` says. `key` names the communicator.
 Status MakeDaemonRanks(const std::string& socket, const std::string& key, uint32_t world,
-                       const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, bool zero_copy,
+                       const std::vector<uint32_t>& local, uint64_t in_bytes, uint64_t out_bytes, Placement placement,
                        bool daemon_executed, std::unique_ptr<RankSet>* out);
 
 }  // namespace collectived::bench
