@@ -423,6 +423,18 @@ struct GpuCommunicator::Impl {
     return true;
   }
 
+  // Whether [p, p + bytes) shares a byte with the heap or a registered buffer.
+  bool Overlaps(const void* p, uint64_t bytes) const {
+    const auto x = reinterpret_cast<uintptr_t>(p);
+    auto overlap = [&](uintptr_t base, uint64_t len) { return x < base + len && base < x + bytes; };
+    if (overlap(reinterpret_cast<uintptr_t>(heap_base(setup.rank)), setup.heap_bytes)) return true;
+    std::lock_guard<std::mutex> lock(registrations->mu);
+    for (const auto& [base, e] : registrations->by_address) {
+      if (overlap(base, e.bytes)) return true;
+    }
+    return false;
+  }
+
   device::DeviceRankArgs BaseArgs(uint64_t count) const {
     device::DeviceRankArgs a;
     void* c = control->device_ptr();
@@ -727,12 +739,8 @@ Status GpuCommunicator::RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer*
   if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
   DeviceGuard guard(m.setup.device);
   COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(ptr, "buffer"));
-  {
-    uint64_t tag = 0;
-    const void* at[device::kMaxDeviceRanks];
-    if (m.Symmetric(ptr, 1, &tag, at) || m.Symmetric(static_cast<uint8_t*>(ptr) + bytes - 1, 1, &tag, at)) {
-      return Status::AlreadyExists("buffer overlaps this communicator's heap or a buffer already registered");
-    }
+  if (m.Overlaps(ptr, bytes)) {
+    return Status::AlreadyExists("buffer overlaps this communicator's heap or a buffer already registered");
   }
   ipc::CallerRangeExport ex;
   COLLECTIVED_RETURN_IF_ERROR(ipc::ExportCallerRange(ptr, bytes, &ex));

@@ -160,6 +160,32 @@ void CheckedAllReduce(const Daemon& d, Ranks& ranks, Buffers& b, DataType dt, Re
   }
 }
 
+// One all-gather of `count` float32 per rank on every rank of `ranks` (rank
+// r's input in send[r], or in its chunk of recv[r] in place), every rank's
+// output checked exactly.
+void CheckedAllGather(Ranks& ranks, const std::vector<void*>& send, const std::vector<void*>& recv, uint64_t count,
+                      bool in_place, uint64_t seed, const std::string& what) {
+  const uint32_t n = ranks.n();
+  std::vector<Handle> h(n);
+  auto send_of = [&](uint32_t r) {
+    return in_place ? static_cast<uint8_t*>(recv[r]) + r * count * 4 : static_cast<uint8_t*>(send[r]);
+  };
+  for (uint32_t r = 0; r < n; ++r) {
+    Prepare(DataType::kFloat32, ReduceOp::kUnspecified, true, n, r, seed, count, send_of(r), recv[r]);
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    Status s = ranks.comms[r]->AllGather(send_of(r), recv[r], count, DataType::kFloat32, ranks.streams[r], &h[r]);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    Status s = h[r].Wait();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    auto out = Download(recv[r], n * count * 4);
+    EXPECT_EQ(testing::CountWrongAllGather(DataType::kFloat32, n, seed, out.data(), count), 0u)
+        << what << " all-gather n=" << n << " count=" << count << (in_place ? " in place" : "") << " rank " << r;
+  }
+}
+
 std::unique_ptr<v1::CollectiveService::Stub> RawStub(const Daemon& d) {
   return v1::CollectiveService::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
 }
@@ -952,6 +978,30 @@ std::string GpuClientBin() {
 // Ranks in separate processes (without MPS the GPU time-slices between them:
 // slow, still exact). Then a rank process killed with SIGKILL while its peer's
 // kernel spins for it: the peer gets ABORTED, not a hang.
+// Two ranks as separate processes of the GPU test client on communicator
+// `key`; rank 1 is SIGKILLed while rank 0's kernel spins for it: rank 0 must
+// get ABORTED naming rank 1, well before its op deadline.
+void ExpectKilledPeerAborts(const Daemon& d, const std::string& key) {
+  auto spawn = [&](uint32_t rank, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {GpuClientBin(), "--socket", d.socket(), "--key", key, "--world", "2",
+                                     "--rank", std::to_string(rank)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<testing::Process>(argv, d.dir() + "/gpu-" + key + std::to_string(rank) + ".log");
+  };
+  auto survivor = spawn(0, {"--expect", std::to_string(static_cast<int>(StatusCode::kAborted))});
+  auto victim = spawn(1, {"--hang", "1"});
+  for (int i = 0; i < 600 && survivor->Output().find("posted") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(survivor->Output().find("posted"), std::string::npos) << survivor->Output() << victim->Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its kernel is spinning for rank 1
+  const auto t0 = std::chrono::steady_clock::now();
+  victim->Kill(SIGKILL);
+  EXPECT_EQ(survivor->Wait(kOpTimeoutMs), 0) << survivor->Output();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(survivor->Output().find("rank 1"), std::string::npos) << survivor->Output();
+}
+
 TEST(GpuDaemonTest, RanksInSeparateProcessesAndAKilledOne) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags());
@@ -967,18 +1017,7 @@ TEST(GpuDaemonTest, RanksInSeparateProcessesAndAKilledOne) {
     EXPECT_EQ(p0->Wait(60000), 0) << p0->Output();
     EXPECT_EQ(p1->Wait(60000), 0) << p1->Output();
   }
-  auto survivor = spawn("kill", 0, {"--expect", std::to_string(static_cast<int>(StatusCode::kAborted))});
-  auto victim = spawn("kill", 1, {"--hang", "1"});
-  for (int i = 0; i < 600 && survivor->Output().find("posted") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_NE(survivor->Output().find("posted"), std::string::npos) << survivor->Output() << victim->Output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its kernel is spinning for rank 1
-  const auto t0 = std::chrono::steady_clock::now();
-  victim->Kill(SIGKILL);
-  EXPECT_EQ(survivor->Wait(kOpTimeoutMs), 0) << survivor->Output();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
-  EXPECT_NE(survivor->Output().find("rank 1"), std::string::npos) << survivor->Output();
+  ExpectKilledPeerAborts(d, "kill");
 }
 
 // The callers' own cuMem buffers (a framework's tensors, as they would be),
@@ -1035,24 +1074,7 @@ TEST(GpuDaemonTest, RegisteredCuMemBuffersRunZeroCopy) {
   }
   // All-gather into the registered recv, out of place and in place.
   for (bool in_place : {false, true}) {
-    ++seed;
-    std::vector<Handle> h(n);
-    auto send_of = [&](uint32_t r) {
-      return in_place ? static_cast<uint8_t*>(recv[r]) + r * count * 4 : static_cast<uint8_t*>(send[r]);
-    };
-    for (uint32_t r = 0; r < n; ++r) {
-      Prepare(DataType::kFloat32, ReduceOp::kUnspecified, true, n, r, seed, count, send_of(r), recv[r]);
-    }
-    for (uint32_t r = 0; r < n; ++r) {
-      Status s = ranks.comms[r]->AllGather(send_of(r), recv[r], count, DataType::kFloat32, ranks.streams[r], &h[r]);
-      ASSERT_TRUE(s.ok()) << s.ToString();
-    }
-    for (uint32_t r = 0; r < n; ++r) {
-      ASSERT_TRUE(h[r].Wait().ok());
-      auto out = Download(recv[r], n * count * 4);
-      EXPECT_EQ(testing::CountWrongAllGather(DataType::kFloat32, n, seed, out.data(), count), 0u)
-          << "registered all-gather" << (in_place ? " in place" : "") << " rank " << r;
-    }
+    ASSERT_NO_FATAL_FAILURE(CheckedAllGather(ranks, send, recv, count, in_place, ++seed, "registered"));
   }
   // A graph captured over the registered buffers, replayed with new values.
   std::vector<gpuGraphExec_t> exec(n);
@@ -1173,21 +1195,8 @@ TEST(GpuDaemonTest, LegacyIpcWindowsServeBothModes) {
           }
         }
       }
-      ++seed;
-      std::vector<Handle> h(n);
-      const uint64_t count = 300001;
-      for (uint32_t r = 0; r < n; ++r) {
-        Prepare(DataType::kFloat32, ReduceOp::kUnspecified, true, n, r, seed, count, b.send[r], b.recv[r]);
-      }
-      for (uint32_t r = 0; r < n; ++r) {
-        ASSERT_TRUE(ranks.comms[r]->AllGather(b.send[r], b.recv[r], count, DataType::kFloat32, ranks.streams[r], &h[r]).ok());
-      }
-      for (uint32_t r = 0; r < n; ++r) {
-        ASSERT_TRUE(h[r].Wait().ok());
-        auto out = Download(b.recv[r], n * count * 4);
-        EXPECT_EQ(testing::CountWrongAllGather(DataType::kFloat32, n, seed, out.data(), count), 0u)
-            << "legacy all-gather" << (zero_copy ? " zero-copy" : " staged") << " rank " << r;
-      }
+      ASSERT_NO_FATAL_FAILURE(CheckedAllGather(ranks, b.send, b.recv, 300001, false, ++seed,
+                                               zero_copy ? "legacy zero-copy" : "legacy staged"));
     }
     // Every member destroys while rank 0 still holds a heap buffer (its
     // mapping of the rank window): the daemon drops the communicator, but
@@ -1216,21 +1225,7 @@ TEST(GpuDaemonTest, LegacyIpcWindowsServeBothModes) {
     }
   }
   // Separate processes, one killed mid-op: its peer gets ABORTED, not a hang.
-  auto spawn = [&](uint32_t rank, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {GpuClientBin(), "--socket", d.socket(), "--key", "legacy-kill", "--world", "2",
-                                     "--rank", std::to_string(rank)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return std::make_unique<testing::Process>(argv, d.dir() + "/legacy-kill" + std::to_string(rank) + ".log");
-  };
-  auto survivor = spawn(0, {"--expect", std::to_string(static_cast<int>(StatusCode::kAborted))});
-  auto victim = spawn(1, {"--hang", "1"});
-  for (int i = 0; i < 600 && survivor->Output().find("posted") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_NE(survivor->Output().find("posted"), std::string::npos) << survivor->Output() << victim->Output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  victim->Kill(SIGKILL);
-  EXPECT_EQ(survivor->Wait(kOpTimeoutMs), 0) << survivor->Output();
+  ExpectKilledPeerAborts(d, "legacy-kill");
 }
 
 TEST(GpuDaemonTest, BadInputGetsSpecificErrors) {
