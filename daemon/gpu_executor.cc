@@ -16,6 +16,7 @@
 #include "kernels/device/device_reduce.h"
 #include "kernels/device/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
+#include "ipc/cumem_window.h"
 #endif
 
 namespace collectived::daemon {
@@ -36,6 +37,11 @@ bool GpuExecutor::Aborted() const {
 void GpuExecutor::Stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+}
+
+void GpuExecutor::RemoveCallersBuffer(uint64_t buffer_id) {
+  std::lock_guard<std::mutex> lock(callers_mu_);
+  callers_buffers_.erase(buffer_id);
 }
 
 #ifdef COLLECTIVED_HAVE_CUDA
@@ -131,9 +137,13 @@ Status GpuExecutor::RunOp(uint64_t index) {
   // addressing, so no descriptor can make the daemon's kernel fault.
   const bool gather = d.kind == CollectiveKind::kAllGather;
   // An all-gather's output holds `world` inputs; an all-reduce's holds one.
-  const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
+  uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
+  {
+    std::lock_guard<std::mutex> lock(callers_mu_);
+    for (const auto& [id, b] : callers_buffers_) largest = std::max(largest, b.bytes);
+  }
   if (d.count > largest / es / (gather ? world : 1)) {
-    return Status::InvalidArgument("count " + std::to_string(d.count) + " larger than any slot or heap");
+    return Status::InvalidArgument("count " + std::to_string(d.count) + " larger than any slot, heap or registered buffer");
   }
   for (uint32_t r = 0; r < world; ++r) {
     if (descs[r].send_offset % es != 0 || descs[r].recv_offset % es != 0) {
@@ -151,6 +161,15 @@ Status GpuExecutor::RunOp(uint64_t index) {
         *out = window;
       } else if (where == device::kGpuPlaceHeap && offset <= memory_->heap_bytes() && bytes <= memory_->heap_bytes() - offset) {
         *out = window + memory_->slot_bytes() + offset;
+      } else if ((where & 0xff) == device::kGpuPlaceRegistered) {
+        // Stays mapped through the op: every rank deregisters only after its ops on it finished.
+        std::lock_guard<std::mutex> lock(callers_mu_);
+        auto it = callers_buffers_.find(where >> 8);
+        if (it == callers_buffers_.end() || offset > it->second.bytes || bytes > it->second.bytes - offset) {
+          return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer lies outside registered buffer " +
+                                         std::to_string(where >> 8));
+        }
+        *out = it->second.at[r] + offset;
       } else {
         return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer lies outside its slot or heap");
       }
@@ -309,7 +328,31 @@ void GpuExecutor::ReleaseCopyEngineAllReduce() {
   fork_ = scratch_ = nullptr;
 }
 
+Status GpuExecutor::AddCallersBuffer(uint64_t buffer_id, const std::vector<int>& fds,
+                                     const std::vector<uint64_t>& allocation_bytes, const std::vector<uint64_t>& offsets,
+                                     uint64_t bytes) {
+  CallersBuffer b;
+  b.bytes = bytes;
+  for (uint32_t r = 0; r < fds.size(); ++r) {
+    const int fd = dup(fds[r]);
+    if (fd < 0) return Status::ResourceExhausted("dup of a registered allocation's fd failed");
+    std::unique_ptr<ipc::CuMemWindow> w;
+    // Mapped for rank r's device (the daemon's fused launch runs there).
+    COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Import(fd, memory_->window_ordinal(1 + r), allocation_bytes[r], &w));
+    b.at.push_back(static_cast<uint8_t*>(w->device_ptr()) + offsets[r]);
+    b.mappings.push_back(std::move(w));
+  }
+  std::lock_guard<std::mutex> lock(callers_mu_);
+  callers_buffers_[buffer_id] = std::move(b);
+  return Status::Ok();
+}
+
 #else  // no CUDA toolkit at build time
+
+Status GpuExecutor::AddCallersBuffer(uint64_t, const std::vector<int>&, const std::vector<uint64_t>&,
+                                     const std::vector<uint64_t>&, uint64_t) {
+  return Status::FailedPrecondition("no CUDA backend");
+}
 
 Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, const Paths&,
                           std::unique_ptr<GpuExecutor>*) {

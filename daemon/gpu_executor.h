@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -33,6 +35,14 @@ class GpuExecutor {
                       std::unique_ptr<GpuExecutor>* out);
   ~GpuExecutor();  // Stop()
   void Stop();
+
+  // A buffer every rank registered (RegisterGpuBuffer): rank r's allocation
+  // is `fds[r]` (borrowed; a dup is imported here) of `allocation_bytes[r]`,
+  // the buffer at `offsets[r]` in it. Ops name it by `buffer_id`.
+  Status AddCallersBuffer(uint64_t buffer_id, const std::vector<int>& fds, const std::vector<uint64_t>& allocation_bytes,
+                          const std::vector<uint64_t>& offsets, uint64_t bytes);
+  // Unmaps it here: every rank deregistered it, after its ops on it finished.
+  void RemoveCallersBuffer(uint64_t buffer_id);
 
   uint64_t ops() const { return ops_.load(); }
   // Mean time from the last rank's ready to the fused launch being enqueued.
@@ -68,6 +78,14 @@ class GpuExecutor {
   std::atomic<uint64_t> handoff_ns_{0};
   void* stream_ = nullptr;
   void* registered_ = nullptr;
+  // Callers' registered buffers, mapped here: per rank the buffer's address.
+  struct CallersBuffer {
+    uint64_t bytes = 0;
+    std::vector<uint8_t*> at;
+    std::vector<std::shared_ptr<void>> mappings;
+  };
+  std::mutex callers_mu_;
+  std::map<uint64_t, CallersBuffer> callers_buffers_;
   std::thread thread_;
 };
 

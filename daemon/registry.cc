@@ -249,11 +249,6 @@ void Registry::RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone 
     Comm* comm = nullptr;
     COLLECTIVED_RETURN_IF_ERROR(MemberLocked(req.session_id, req.comm_id, req.rank, &comm));
     if (!comm->gpu) return Status::FailedPrecondition("buffer registration needs a GPU communicator");
-    if (comm->mode == ExecutionMode::kDaemon) {
-      return Status::FailedPrecondition(
-          "registered buffers run client-executed; a daemon-executed communicator reads and writes the symmetric "
-          "heap (Communicator::AllocBuffer)");
-    }
     if (comm->seg.aborted()) return comm->seg.AbortStatus();
     Session& s = *sessions_.at(req.session_id);
     auto dit = s.deposits.find(req.deposit_id);
@@ -297,6 +292,11 @@ void Registry::RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone 
                                          " bytes, rank " + std::to_string(k) + " " + std::to_string(g.bytes[k]));
       }
     }
+    if (formed.ok() && comm->gpu_executor) {  // daemon-executed: the fused launch addresses them here
+      std::vector<int> fds;
+      for (const SharedFd& fd : g.fds) fds.push_back(*fd);
+      formed = comm->gpu_executor->AddCallersBuffer(id, fds, g.allocation_bytes, g.offsets, g.bytes[0]);
+    }
     GpuRegisterResult result;
     result.buffer_id = id;
     if (formed.ok()) {
@@ -336,6 +336,7 @@ Status Registry::DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint
     if (!r) return Status::Ok();
   }
   for (uint64_t w : g.window_ids) registered_windows_.erase(w);
+  if (comm->gpu_executor) comm->gpu_executor->RemoveCallersBuffer(buffer_id);
   comm->registrations.erase(it);  // closes the fds: the ranks' own mappings keep the memory
   return Status::Ok();
 }

@@ -400,16 +400,10 @@ struct GpuCommunicator::Impl {
     return true;
   }
 
-  // Whether [p, p + bytes) lies in a buffer every rank has at the same
-  // offsets (the heap, or a registered buffer), and then every rank's address
-  // of it and the tag peers compare (the buffer id in the top 16 bits, the offset below).
-  bool Symmetric(const void* p, uint64_t bytes, uint64_t* tag, const void* (&at)[device::kMaxDeviceRanks]) const {
-    uint64_t off = 0;
-    if (InHeap(p, bytes, &off)) {
-      for (uint32_t k = 0; k < world(); ++k) at[k] = heap_base(k) + off;
-      *tag = off;
-      return true;
-    }
+  // Whether [p, p + bytes) lies in a registered buffer: its id, the offset
+  // in it, and (optional) every rank's address of the range.
+  bool InRegistered(const void* p, uint64_t bytes, uint64_t* id, uint64_t* offset,
+                    const void** at = nullptr) const {
     const auto x = reinterpret_cast<uintptr_t>(p);
     std::lock_guard<std::mutex> lock(registrations->mu);
     auto it = registrations->by_address.upper_bound(x);
@@ -417,9 +411,26 @@ struct GpuCommunicator::Impl {
     --it;
     const RegisteredBuffers::Entry& e = it->second;
     if (x - it->first > e.bytes || bytes > e.bytes - (x - it->first)) return false;
-    off = x - it->first;
-    for (uint32_t k = 0; k < world(); ++k) at[k] = e.at[k] + off;
-    *tag = e.id << 48 | off;
+    *id = e.id;
+    *offset = x - it->first;
+    if (at != nullptr) {
+      for (uint32_t k = 0; k < world(); ++k) at[k] = e.at[k] + *offset;
+    }
+    return true;
+  }
+
+  // Whether [p, p + bytes) lies in a buffer every rank has at the same
+  // offsets (the heap, or a registered buffer), and then every rank's address
+  // of it and the tag peers compare (the buffer id in the top 16 bits, the offset below).
+  bool Symmetric(const void* p, uint64_t bytes, uint64_t* tag, const void* (&at)[device::kMaxDeviceRanks]) const {
+    uint64_t off = 0, id = 0;
+    if (InHeap(p, bytes, &off)) {
+      for (uint32_t k = 0; k < world(); ++k) at[k] = heap_base(k) + off;
+      *tag = off;
+      return true;
+    }
+    if (!InRegistered(p, bytes, &id, &off, at)) return false;
+    *tag = id << 48 | off;
     return true;
   }
 
@@ -730,11 +741,6 @@ Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
 
 Status GpuCommunicator::RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer* out) {
   Impl& m = *impl_;
-  if (m.setup.daemon_executed) {
-    return Status::FailedPrecondition(
-        "registered buffers run client-executed; a daemon-executed communicator reads and writes the symmetric heap "
-        "(Communicator::AllocBuffer)");
-  }
   if (!m.setup.register_buffer) return Status::Unimplemented("this daemon does not take registered buffers");
   if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
   DeviceGuard guard(m.setup.device);
@@ -943,11 +949,14 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
   d.algorithm = ring::Algorithm::kUnspecified;  // one fused launch
   d.count = count;
   // The daemon addresses each rank's buffers on its own (no symmetry needed):
-  // heap buffers in place, anything else through the rank's slot.
+  // heap and registered buffers in place, anything else through the rank's slot.
   std::function<Status()> copy_in, copy_out;
   uint8_t* mine = m.slot(m.setup.rank);
+  uint64_t id = 0;
   if (m.InHeap(send, bytes, &d.send_offset)) {
     d.send_buffer_id = device::kGpuPlaceHeap;
+  } else if (m.InRegistered(send, bytes, &id, &d.send_offset)) {
+    d.send_buffer_id = device::kGpuPlaceRegistered | id << 8;
   } else {
     if (bytes > m.setup.slot_bytes) {
       return Status::InvalidArgument("message of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
@@ -959,9 +968,11 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
   }
   if (m.InHeap(recv, out_bytes, &d.recv_offset)) {
     d.recv_buffer_id = device::kGpuPlaceHeap;
+  } else if (m.InRegistered(recv, out_bytes, &id, &d.recv_offset)) {
+    d.recv_buffer_id = device::kGpuPlaceRegistered | id << 8;
   } else if (kind == CollectiveKind::kAllGather) {
-    return Status::InvalidArgument("a daemon-executed all-gather writes into the symmetric heap: allocate recv with "
-                                   "Communicator::AllocBuffer");
+    return Status::InvalidArgument("a daemon-executed all-gather writes into the symmetric heap or a registered "
+                                   "buffer: allocate recv with Communicator::AllocBuffer, or register it");
   } else {
     if (out_bytes > m.setup.slot_bytes) return Status::InvalidArgument("message exceeds the staging slot");
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));

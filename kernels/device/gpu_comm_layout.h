@@ -58,8 +58,9 @@ struct GpuControlLayout {
 };
 
 // How a daemon-executed op's descriptor names a buffer (its buffer-id fields):
-// the rank's input slot, or its heap at the descriptor's offset.
-enum GpuBufferPlace : uint64_t { kGpuPlaceSlot = 1, kGpuPlaceHeap = 2 };
+// the rank's input slot, its heap at the descriptor's offset, or a registered
+// buffer (kGpuPlaceRegistered | buffer id << 8) at the offset.
+enum GpuBufferPlace : uint64_t { kGpuPlaceSlot = 1, kGpuPlaceHeap = 2, kGpuPlaceRegistered = 3 };
 
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

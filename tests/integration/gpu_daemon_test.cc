@@ -1161,12 +1161,49 @@ TEST(GpuDaemonTest, RegistrationRefusesWhatPeersCannotUse) {
   waiter.join();
   EXPECT_EQ(st[0].code(), StatusCode::kAborted) << st[0].ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
 
-  // A daemon-executed communicator refuses registration (it runs on the heap).
-  Ranks daemon_ranks;
-  ASSERT_TRUE(daemon_ranks.Create(d, "register-daemon", 1, 1 << 20, ExecutionMode::kDaemon).ok());
-  s = daemon_ranks.comms[0]->RegisterBuffer(mem[1]->device_ptr(), 1 << 20, &out);
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+// Daemon-executed: the daemon maps every rank's registered allocation too and
+// its fused launch reads and writes them in place (sizes above the slot).
+TEST(GpuDaemonTest, RegisteredBuffersServeDaemonExecutedOps) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count = (kMaxMessage / 4) + 1025;
+  const uint64_t in_bytes = count * 4, out_bytes = n * count * 4;
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "registered-daemon", n, 0, ExecutionMode::kDaemon).ok());
+  std::vector<std::unique_ptr<ipc::CuMemWindow>> mem(n);
+  std::vector<void*> send(n), recv(n);
+  std::vector<Buffer> send_reg(n), recv_reg(n);
+  std::vector<Status> st(n);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(ipc::CuMemWindow::Create(0, in_bytes + out_bytes + 8192, &mem[r]).ok());
+    send[r] = static_cast<uint8_t*>(mem[r]->device_ptr()) + 512;
+    recv[r] = static_cast<uint8_t*>(mem[r]->device_ptr()) + 4096 + in_bytes;
+    threads.emplace_back([&, r] {
+      st[r] = ranks.comms[r]->RegisterBuffer(send[r], in_bytes, &send_reg[r]);
+      if (st[r].ok()) st[r] = ranks.comms[r]->RegisterBuffer(recv[r], out_bytes, &recv_reg[r]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].ToString() << d.Log();
+  Buffers b;
+  b.send = send;
+  b.recv = recv;
+  uint64_t seed = 800;
+  for (bool in_place : {false, true}) {
+    ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, DataType::kFloat32, ReduceOp::kSum, count, in_place, ++seed,
+                                             "registered daemon-executed"));
+    ASSERT_NO_FATAL_FAILURE(CheckedAllGather(ranks, send, recv, count, in_place, ++seed, "registered daemon-executed"));
+  }
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(send_reg[r].Free().ok());
+    ASSERT_TRUE(recv_reg[r].Free().ok());
+  }
+  EXPECT_EQ(Stats(d).communicators(0).registered_buffers(), 0u);
 }
 
 // Where cuMem memory cannot be exported, the daemon shares its windows by
