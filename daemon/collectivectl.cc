@@ -53,12 +53,12 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
       for (const auto& rs : c.ranks()) plans += rs.captured_plans();
       std::printf("%s{\"id\":%llu,\"key\":\"%s\",\"world_size\":%u,\"mode\":\"%s\",\"posted\":%llu,\"matched\":%llu,"
                   "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\","
-                  "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f}",
+                  "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
                   ModeName(c.mode()), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
                   c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str(), (unsigned long long)plans,
-                  c.gpu_handoff_us_mean());
+                  c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers());
     }
     std::printf("]}\n");
     return;
