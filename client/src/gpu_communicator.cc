@@ -421,7 +421,7 @@ struct GpuCommunicator::Impl {
 
   // Whether [p, p + bytes) lies in a buffer every rank has at the same
   // offsets (the heap, or a registered buffer), and then every rank's address
-  // of it and the tag peers compare (the buffer id in the top 16 bits, the offset below).
+  // of it and the tag peers compare (the offset, mixed with the buffer id).
   bool Symmetric(const void* p, uint64_t bytes, uint64_t* tag, const void* (&at)[device::kMaxDeviceRanks]) const {
     uint64_t off = 0, id = 0;
     if (InHeap(p, bytes, &off)) {
@@ -430,7 +430,7 @@ struct GpuCommunicator::Impl {
       return true;
     }
     if (!InRegistered(p, bytes, &id, &off, at)) return false;
-    *tag = id << 48 | off;
+    *tag = off ^ (id * 0xC2B2AE3D27D4EB4Full);
     return true;
   }
 
@@ -762,7 +762,7 @@ Status GpuCommunicator::RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer*
     if (reply.allocations.size() != m.world() || reply.offsets.size() != m.world()) {
       return Status::Internal("daemon sent the wrong number of registered allocations");
     }
-    if (e.id == 0 || e.id >= (uint64_t{1} << 16)) return Status::Internal("registered buffer id out of range");
+    if (e.id == 0 || e.id >= (uint64_t{1} << 56)) return Status::Internal("registered buffer id out of range");
     for (uint32_t k = 0; k < m.world(); ++k) {
       if (k == m.setup.rank) {
         e.at.push_back(static_cast<uint8_t*>(ptr));
