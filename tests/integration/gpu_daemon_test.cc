@@ -1255,9 +1255,10 @@ TEST(GpuDaemonTest, LegacyIpcWindowsServeBothModes) {
     Ranks ranks;
     ASSERT_TRUE(ranks.Create(d, "legacy-daemon", n, 64ull << 20, ExecutionMode::kDaemon).ok());
     Buffers b;
-    ASSERT_TRUE(b.Init(ranks, true, 4 << 20, 4 << 20).ok());
+    const uint64_t count = (1 << 20) + 3;  // float32: a little above 4 MiB
+    ASSERT_TRUE(b.Init(ranks, true, count * 4, count * 4).ok());
     for (bool in_place : {false, true}) {
-      ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, DataType::kFloat32, ReduceOp::kSum, (1 << 20) + 3, in_place,
+      ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, DataType::kFloat32, ReduceOp::kSum, count, in_place,
                                                ++seed, "legacy daemon-executed"));
     }
   }
