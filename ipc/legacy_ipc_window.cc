@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/device/gpu_check.h"
 
@@ -24,6 +27,23 @@ class CurrentDevice {
   int previous_ = 0;
   bool restore_ = false;
 };
+
+// One open per (handle, device) in this process: cudaIpcOpenMemHandle of a
+// handle that is already open in the context fails ("resource already
+// mapped", seen on the H200 when several ranks of one process opened the
+// daemon's windows at once). Opens and closes are counted under one lock.
+struct OpenHandles {
+  struct Entry {
+    void* ptr = nullptr;
+    uint32_t refs = 0;
+  };
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, Entry> open;
+};
+OpenHandles& Opened() {
+  static auto* handles = new OpenHandles;  // never destroyed: closes may run during static destruction
+  return *handles;
+}
 
 Status LegacyIpcWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<LegacyIpcWindow>* out) {
   if (bytes == 0) return Status::InvalidArgument("window of 0 bytes");
@@ -51,8 +71,19 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
   std::unique_ptr<LegacyIpcWindow> w(new LegacyIpcWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
-  // Lazy peer access: a window on another GPU is reached over NVLink.
-  COLLECTIVED_GPU_CHECK(cudaIpcOpenMemHandle(&w->ptr_, h, cudaIpcMemLazyEnablePeerAccess));
+  OpenHandles& handles = Opened();
+  std::lock_guard<std::mutex> lock(handles.mu);
+  OpenHandles::Entry& e = handles.open[{handle, ordinal}];
+  if (e.refs == 0) {
+    // Lazy peer access: a window on another GPU is reached over NVLink.
+    const cudaError_t err = cudaIpcOpenMemHandle(&e.ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      handles.open.erase({handle, ordinal});
+      return device::GpuErrorStatus(err, "cudaIpcOpenMemHandle", __FILE__, __LINE__);
+    }
+  }
+  ++e.refs;
+  w->ptr_ = e.ptr;
   w->opened_ = true;
   w->handle_ = handle;
   *out = std::move(w);
@@ -62,10 +93,16 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
 LegacyIpcWindow::~LegacyIpcWindow() {
   if (ptr_ == nullptr) return;
   CurrentDevice device(ordinal_);
-  if (opened_) {
-    cudaIpcCloseMemHandle(ptr_);
-  } else {
+  if (!opened_) {
     cudaFree(ptr_);
+    return;
+  }
+  OpenHandles& handles = Opened();
+  std::lock_guard<std::mutex> lock(handles.mu);
+  auto it = handles.open.find({handle_, ordinal_});
+  if (it != handles.open.end() && --it->second.refs == 0) {
+    cudaIpcCloseMemHandle(ptr_);
+    handles.open.erase(it);
   }
 }
 

@@ -4,8 +4,9 @@
 // fd, the handle does not keep the memory alive: the exporter must keep the
 // allocation until every importer closed it (freeing it first is undefined
 // behaviour), so the daemon holds it until every member session has ended.
-// An importer opens a handle once per window object; the driver counts
-// repeated opens of one handle in a context, and each close undoes one.
+// A process opens each handle once (a second cudaIpcOpenMemHandle of an open
+// handle fails): windows of one handle share that mapping, counted, and the
+// last one closes it.
 #ifndef COLLECTIVED_IPC_LEGACY_IPC_WINDOW_H_
 #define COLLECTIVED_IPC_LEGACY_IPC_WINDOW_H_
 
