@@ -7,26 +7,11 @@
 #include <mutex>
 #include <utility>
 
+#include "kernels/device/device_guard.h"
 #include "kernels/device/gpu_check.h"
 
 namespace collectived::ipc {
 
-// Makes `ordinal` current for a scope (the runtime's IPC calls act on it).
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int ordinal) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != ordinal && cudaSetDevice(ordinal) == cudaSuccess) {
-      restore_ = true;
-    }
-  }
-  ~CurrentDevice() {
-    if (restore_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
 
 // One open per (handle, device) in this process: cudaIpcOpenMemHandle of a
 // handle that is already open in the context fails ("resource already
@@ -47,7 +32,7 @@ OpenHandles& Opened() {
 
 Status LegacyIpcWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<LegacyIpcWindow>* out) {
   if (bytes == 0) return Status::InvalidArgument("window of 0 bytes");
-  CurrentDevice device(ordinal);
+  device::DeviceGuard guard(ordinal);
   std::unique_ptr<LegacyIpcWindow> w(new LegacyIpcWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
@@ -67,7 +52,7 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
                                    std::to_string(handle.size()));
   }
   std::memcpy(&h, handle.data(), sizeof(h));
-  CurrentDevice device(ordinal);
+  device::DeviceGuard guard(ordinal);
   std::unique_ptr<LegacyIpcWindow> w(new LegacyIpcWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
@@ -92,7 +77,7 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
 
 LegacyIpcWindow::~LegacyIpcWindow() {
   if (ptr_ == nullptr) return;
-  CurrentDevice device(ordinal_);
+  device::DeviceGuard guard(ordinal_);
   if (!opened_) {
     cudaFree(ptr_);
     return;

@@ -16,6 +16,7 @@
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
 #include "kernels/device/device_collectives.h"
+#include "kernels/device/device_guard.h"
 #include "kernels/device/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
 
@@ -25,22 +26,7 @@ namespace {
 
 constexpr int32_t kSlotUnset = -1;  // a status slot the complete kernel has not written yet
 
-// Makes `ordinal` current on this thread for a scope.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int ordinal) {
-    if (gpuGetDevice(&previous_) == gpuSuccess && previous_ != ordinal) {
-      if (gpuSetDevice(ordinal) == gpuSuccess) restore_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (restore_) gpuSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
+using device::DeviceGuard;
 
 // Host-mapped int32 words, one per op in flight: the complete kernel writes
 // the op's verdict into its handle's word. A word goes back to the pool only
