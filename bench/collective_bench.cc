@@ -15,7 +15,9 @@
 // nS + n*(n-1)S) and its share of
 // the 4.28 TB/s copy ceiling measured on the H200. Exit status 1 on any wrong
 // element. `-t ceilings` instead measures this GPU's copy and memset
-// (write-only) ceilings at -e bytes, to put beside a run's percentages.
+// (write-only) ceilings at each size from -b to -e, to put beside a run's
+// percentages (the last row is the ceiling; smaller rows say what a lone
+// copy of the same traffic reaches).
 //
 //   collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]
 //                    [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]
@@ -278,11 +280,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.ceilings) {
+    // Per size, because at tens of MiB a lone copy is far from the 2 GiB
+    // figure too: launch and ramp cost it as they cost a collective. A row's
+    // traffic (read + write) is what an op of the same least traffic moves:
+    // a 2-rank all-reduce of S bytes moves 4S, the traffic of a 2S copy.
+    std::printf("# memory ceilings per copy size: copy = cudaMemcpyAsync device to device, back to back, "
+                "read + write counted; memset = writes only; %% of the %.0f GB/s that collective-bench's %% uses\n",
+                kCopyCeilingGBs);
+    std::printf("#%13s %14s %10s %9s %6s %10s %6s\n", "copy bytes", "traffic", "copy(us)", "GB/s", "%", "memset", "%");
     bench::MemoryCeilings c;
-    Check(bench::MeasureMemoryCeilings(o.max_bytes, o.iters, o.warmup, &c), "ceilings");
+    uint64_t last = 0;
+    for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+         bytes = std::max<uint64_t>(bytes + 1, static_cast<uint64_t>(bytes * o.factor))) {
+      Check(bench::MeasureMemoryCeilings(bytes, o.iters, o.warmup, &c), "ceilings");
+      last = bytes;
+      std::printf("%14llu %14llu %10.2f %9.1f %6.1f %10.1f %6.1f\n", (unsigned long long)bytes,
+                  (unsigned long long)(2 * bytes), 2e6 * bytes / (c.copy_gbs * 1e9), c.copy_gbs,
+                  100.0 * c.copy_gbs / kCopyCeilingGBs, c.memset_gbs, 100.0 * c.memset_gbs / kCopyCeilingGBs);
+    }
     std::printf("# memory ceilings at %llu bytes: copy %.1f GB/s (read + write), memset %.1f GB/s (write only); "
                 "collective-bench's %% uses %.0f GB/s\n",
-                (unsigned long long)o.max_bytes, c.copy_gbs, c.memset_gbs, kCopyCeilingGBs);
+                (unsigned long long)last, c.copy_gbs, c.memset_gbs, kCopyCeilingGBs);
     return 0;
   }
   const size_t es = DataTypeSize(o.spec.dtype);
