@@ -509,6 +509,20 @@ struct GpuCommunicator::Impl {
     return device::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
   }
 
+  // How an op's kernel is completed (see Enqueue).
+  struct KernelCompletion {
+    bool in_kernel = false;  // single-launch: the kernel posts and completes the op itself
+    uint64_t* index_word = nullptr;
+    int32_t* status_mirror = nullptr;
+    // The launcher's arguments for this completion.
+    void ApplyTo(device::DeviceRankArgs* a) const {
+      if (!in_kernel) return;
+      a->op_index = nullptr;
+      a->index_word = index_word;
+      a->status_mirror = status_mirror;
+    }
+  };
+
   struct Plan {  // what a captured op tells the daemon
     CollectiveKind kind;
     DataType dtype;
@@ -517,9 +531,12 @@ struct GpuCommunicator::Impl {
   };
 
   // Runs post, [copy-in], kernel, [copy-out], complete, event on `stream`.
+  // A client-executed op with nothing before or after its kernel (zero-copy)
+  // is one launch: the kernel posts and completes itself (single-launch mode
+  // of device_collectives.h), two launches fewer per op. `kernel` is told which.
   Status Enqueue(gpuStream_t stream, const Plan& plan, const std::function<Status()>& copy_in,
-                 const std::function<Status()>& kernel, const std::function<Status()>& copy_out,
-                 std::shared_ptr<GpuOpState>* out) {
+                 const std::function<Status(const KernelCompletion&)>& kernel,
+                 const std::function<Status()>& copy_out, std::shared_ptr<GpuOpState>* out) {
     gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
     COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
     // A captured op's plan goes to the daemon now, before anything is
@@ -550,9 +567,10 @@ struct GpuCommunicator::Impl {
     // From the first launch on, the op is this rank's last whatever fails
     // later, so Quiesce and heap frees wait for what did get enqueued.
     bool event_recorded = false;
+    const bool in_kernel = !setup.daemon_executed && !copy_in && !copy_out;
     Status enqueued = [&]() -> Status {
       void* c = control->device_ptr();
-      if (!setup.daemon_executed) {
+      if (!setup.daemon_executed && !in_kernel) {
         COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
                                                        device::GpuControlLayout::OpIndex(c, setup.rank), stream,
                                                        nullptr, device::GpuControlLayout::Trace(c, setup.rank)));
@@ -560,7 +578,13 @@ struct GpuCommunicator::Impl {
       if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
       // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
       const ring::CommHeader& h = setup.seg.header();
-      COLLECTIVED_RETURN_IF_ERROR(kernel());
+      KernelCompletion completion;
+      if (in_kernel) {
+        completion.in_kernel = true;
+        completion.index_word = device::GpuControlLayout::OpIndex(c, setup.rank);
+        completion.status_mirror = slot_dev;  // null for captured ops, as below
+      }
+      COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
       const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
       if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
       if (copy_out && h.debug_delay_copyout_us > 0) {
@@ -573,10 +597,12 @@ struct GpuCommunicator::Impl {
       // A captured op's verdict has no host slot to go to (a graph outlives
       // handles); its failure shows in every later eager op, the error word being sticky.
       // Daemon-executed: the daemon keeps `completed` itself.
-      COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
-          device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
-          nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev,
-          setup.daemon_executed ? nullptr : device::GpuControlLayout::Trace(c, setup.rank)));
+      if (!in_kernel) {
+        COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
+            device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
+            nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev,
+            setup.daemon_executed ? nullptr : device::GpuControlLayout::Trace(c, setup.rank)));
+      }
       if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
       event_recorded = true;
       return Status::Ok();
@@ -869,7 +895,10 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_tag, recv_tag);
   // Checked before anything is enqueued: a refused op must not take an index.
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllReduce(dtype, op, algo, a, m.blocks));
-  auto kernel = [&] { return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream); };
+  auto kernel = [&](const Impl::KernelCompletion& c) {
+    c.ApplyTo(&a);
+    return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream);
+  };
   return m.Enqueue(stream, {CollectiveKind::kAllReduce, dtype, op, count}, copy_in, kernel, copy_out, out);
 }
 
@@ -917,7 +946,10 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy, 0,
            recv_tag);
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllGather(dtype, a, m.blocks, algo));
-  auto kernel = [&] { return device::LaunchAllGather(dtype, a, m.blocks, stream, algo); };
+  auto kernel = [&](const Impl::KernelCompletion& c) {
+    c.ApplyTo(&a);
+    return device::LaunchAllGather(dtype, a, m.blocks, stream, algo);
+  };
   return m.Enqueue(stream, {CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, count}, copy_in, kernel,
                    nullptr, out);
 }
@@ -966,7 +998,7 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
     d.recv_offset = 0;
     copy_out = CopyLater(recv, mine, bytes, stream);
   }
-  auto kernel = [&] { return m.PostAndWaitForDaemon(d, stream); };
+  auto kernel = [&](const Impl::KernelCompletion&) { return m.PostAndWaitForDaemon(d, stream); };
   return m.Enqueue(stream, {kind, dtype, op, count}, copy_in, kernel, copy_out, out);
 }
 

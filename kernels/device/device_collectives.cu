@@ -137,27 +137,36 @@ struct Range {
   uint64_t begin, end;  // elements
 };
 
-// The op's generation, or 0 when the communicator is already aborted (a failed
-// op leaves flags that a later op with the same generation must not trust).
-// One thread per block reads the abort word: it may live in host memory
-// (a GPU communicator's segment), where a read by every thread of every block
-// costs milliseconds of PCIe round trips (measured: 2.2 ms per op).
-__device__ uint64_t BeginOp(const DeviceRankArgs& a) {
+// The op's generation in *gen; false when the communicator is already aborted
+// (a failed op leaves flags that a later op with the same generation must not
+// trust), and the op only completes. One thread per block reads the abort
+// word: it may live in host memory (a GPU communicator's segment), where a
+// read by every thread of every block costs milliseconds of PCIe round trips
+// (measured: 2.2 ms per op). Single-launch mode posts here: block 0 publishes
+// the index and the count of posted ops, as LaunchPost would.
+__device__ bool BeginOp(const DeviceRankArgs& a, uint64_t* gen_out) {
   __shared__ uint64_t gen;
+  __shared__ int live;
   if (threadIdx.x == 0) {
-    if (LoadAcquire(a.abort_word) != 0) {
-      RecordError(a, kDeviceAborted);
-      gen = 0;
-    } else {
-      gen = (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
+    gen = (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
+    live = LoadAcquire(a.abort_word) == 0;
+    if (!live) RecordError(a, kDeviceAborted);
+    if (a.op_index == nullptr && blockIdx.x == 0) {
+      if (a.index_word != nullptr) *a.index_word = gen - 1;
+      // Trace entries need no clearing: word 1 is an atomicMax of a clock that
+      // only grows, words 0 and 2 are written at completion, word 3 says whose.
+      if (a.trace != nullptr) TraceEntry(a.trace, gen)[3] = gen;
+      if (a.counter != nullptr) *a.counter = gen;  // LaunchPost would have taken index gen - 1
     }
   }
   __syncthreads();
-  return gen;
+  *gen_out = gen;
+  return live != 0;
 }
 
-// Single-launch mode: the last block to finish publishes done (after every
-// block's writes: each fences before counting itself).
+// Single-launch mode: the last block to finish completes the op, after every
+// block's writes (each fences before counting itself), whether it succeeded or
+// not: the verdict, the trace's completion, then done.
 __device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   __syncthreads();
@@ -165,11 +174,31 @@ __device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
     __threadfence_system();
     if (atomicAdd(a.finished, 1u) == gridDim.x - 1) {
       *a.finished = 0;  // the next op's kernel starts after this one ends (stream order)
-      if (a.counter != nullptr) *a.counter = gen;  // LaunchPost would have taken index gen - 1
       __threadfence_system();
+      if (a.trace != nullptr) {
+        uint64_t* e = TraceEntry(a.trace, gen);
+        e[2] = NowNs();
+        __threadfence();
+        StoreRelease(e, gen);
+      }
+      if (a.status_mirror != nullptr) {
+        *static_cast<volatile int32_t*>(a.status_mirror) = *static_cast<const volatile int32_t*>(a.error_word);
+      }
       StoreRelease(a.done, gen);
     }
   }
+}
+
+// One rank's op around its data movement `data`: start barrier, data, end
+// barrier, and the completion, which every block reaches on every path.
+template <typename Data>
+__device__ void RunOp(const DeviceRankArgs& a, Data data) {
+  uint64_t gen = 0;
+  if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
+    data();
+    EndBarrier(a, gen);
+  }
+  FinishOp(a, gen);
 }
 
 // ---- kernels ---------------------------------------------------------------------
@@ -301,25 +330,23 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) OneShotKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = BeginOp(a);
-  if (gen == 0 || !Barrier(a, 0, gen)) return;
-  DebugReadDelay(a);
-  ReduceRange<T, kOp>(a, Range{0, a.count}, a.rank, a.rank, vec);
-  if (EndBarrier(a, gen)) FinishOp(a, gen);
+  RunOp(a, [&] {
+    DebugReadDelay(a);
+    ReduceRange<T, kOp>(a, Range{0, a.count}, a.rank, a.rank, vec);
+  });
 }
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = BeginOp(a);
-  if (gen == 0 || !Barrier(a, 0, gen)) return;
-  // Chunks are whole packs, so every rank's range starts aligned.
-  constexpr uint64_t kN = Pack<T>::kElems;
-  const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;
-  const uint64_t begin = min(a.count, chunk * a.rank);
-  const uint64_t end = min(a.count, begin + chunk);
-  DebugReadDelay(a);
-  ReduceRange<T, kOp>(a, Range{begin, end}, 0, a.world - 1, vec);
-  if (EndBarrier(a, gen)) FinishOp(a, gen);
+  RunOp(a, [&] {
+    // Chunks are whole packs, so every rank's range starts aligned.
+    constexpr uint64_t kN = Pack<T>::kElems;
+    const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;
+    const uint64_t begin = min(a.count, chunk * a.rank);
+    const uint64_t end = min(a.count, begin + chunk);
+    DebugReadDelay(a);
+    ReduceRange<T, kOp>(a, Range{begin, end}, 0, a.world - 1, vec);
+  });
 }
 
 template <typename T, ReduceOp kOp>
@@ -433,14 +460,13 @@ __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs
 // outputs need not be mapped (staged ops through the communicator's slots).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPullKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = BeginOp(a);
-  if (gen == 0 || !Barrier(a, 0, gen)) return;
-  void* const own[1] = {a.outputs[a.rank]};
-  DebugReadDelay(a);
-  for (uint32_t k = 0; k < a.world; ++k) {
-    BroadcastElements<T>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count, vec);
-  }
-  if (EndBarrier(a, gen)) FinishOp(a, gen);
+  RunOp(a, [&] {
+    void* const own[1] = {a.outputs[a.rank]};
+    DebugReadDelay(a);
+    for (uint32_t k = 0; k < a.world; ++k) {
+      BroadcastElements<T>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count, vec);
+    }
+  });
 }
 
 template <typename T>
@@ -452,10 +478,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedAllGatherKerne
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
-  const uint64_t gen = BeginOp(a);
-  if (gen == 0 || !Barrier(a, 0, gen)) return;
-  BroadcastElements<T>(static_cast<const T*>(a.inputs[a.rank]), a.count, a.outputs, a.world, a.rank * a.count, vec);
-  if (EndBarrier(a, gen)) FinishOp(a, gen);
+  RunOp(a, [&] {
+    BroadcastElements<T>(static_cast<const T*>(a.inputs[a.rank]), a.count, a.outputs, a.world, a.rank * a.count,
+                         vec);
+  });
 }
 
 // ---- host side -------------------------------------------------------------------

@@ -77,10 +77,17 @@ struct DeviceRankArgs {
   // Single-launch mode (op_index == nullptr): gen = *done + 1, and the kernel's last block to
   // finish publishes *done = gen; `finished` counts finished blocks (zero between ops). Use it
   // when nothing follows the kernel in the op (no epilogue) and waits are stream-ordered.
+  // A failed op (deadline, abort, mismatch) is completed all the same: done = gen, verdict in the
+  // error word, as LaunchComplete does in post/complete mode.
   const uint64_t* op_index = nullptr;
   uint64_t* done = nullptr;
   uint32_t* finished = nullptr;
   uint64_t* counter = nullptr;  // single-launch mode advances it too, so the modes mix on one rank
+  // Single-launch mode (optional): the op's index (gen - 1) is written here when the kernel
+  // starts, as LaunchPost writes it (LaunchWait reads it), and the error word is copied to
+  // `status_mirror` (host-mapped) before done, as LaunchComplete copies it.
+  uint64_t* index_word = nullptr;
+  int32_t* status_mirror = nullptr;
   uint64_t* abort_word = nullptr;     // nonzero: every spin gives up
   int32_t* error_word = nullptr;      // first DeviceError of this communicator
   uint64_t timeout_ns = 0;            // per spin

@@ -163,6 +163,35 @@ TEST(DeviceCollectivesTest, MissingRankEndsInDeadlineNotHang) {
   EXPECT_EQ(vr.Word(vr.abort_word()), 1u);  // peers are released too
 }
 
+// Single-launch mode (the client library's zero-copy ops) has no complete
+// kernel to run after a failure: the op kernel itself must complete the failed
+// op (done, index, verdict), or waiters and the host verdict would see nothing.
+TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
+  REQUIRE_GPU();
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(2, 4096, 4096, /*timeout_ns=*/50'000'000).ok());
+  vr.SetSingleLaunch(true);
+  static const int32_t unset = -1;  // poison: neither a verdict nor an index
+  static const uint64_t no_index = ~uint64_t{0};
+  ASSERT_EQ(gpuMemcpy(vr.status_mirror(0), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
+  ASSERT_EQ(gpuMemcpy(vr.op_index(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
+  // Only rank 0 launches; rank 1 never arrives.
+  for (uint64_t op = 1; op <= 2; ++op) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(LaunchAllGather(DataType::kFloat32, vr.Args(0, 64, false), 4, vr.stream(0)).ok());
+    ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+    EXPECT_EQ(vr.Word(vr.done(0)), op);          // completed, though it failed
+    EXPECT_EQ(vr.Word(vr.op_index(0)), op - 1);  // what LaunchWait reads
+    EXPECT_EQ(vr.Word(vr.counter(0)), op);       // posted count, for the daemon's stats
+    EXPECT_EQ(vr.Word32(reinterpret_cast<int32_t*>(vr.finished(0))), 0);  // ready for the next op
+    // The first op ran into its deadline; the second found the communicator aborted.
+    EXPECT_EQ(vr.Word32(vr.status_mirror(0)), kDeviceDeadline) << "op " << op;
+  }
+  EXPECT_EQ(vr.Error(), kDeviceDeadline);
+  EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
+}
+
 TEST(DeviceCollectivesTest, DisagreeingDescriptorFailsEveryRankInsteadOfReducing) {
   REQUIRE_GPU();
   const uint32_t n = 4;

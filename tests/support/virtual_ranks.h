@@ -51,6 +51,8 @@ class VirtualRanks {
   uint64_t* op_index(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 1; }
   uint64_t* done(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 2; }
   uint32_t* finished(uint32_t r) const { return reinterpret_cast<uint32_t*>(words_ + device::kFlagWords + r * 8 + 3); }
+  // Single-launch mode: the verdict the kernel copies from the error word when it completes an op.
+  int32_t* status_mirror(uint32_t r) const { return reinterpret_cast<int32_t*>(words_ + device::kFlagWords + r * 8 + 4); }
   uint64_t* abort_word() const { return words_ + device::kFlagWords + 8 * 60; }
   // Single launch: no post/complete kernels; the collective kernel takes its
   // generation from done and publishes done itself.
@@ -74,6 +76,8 @@ class VirtualRanks {
     }
     a.flags = flags();
     a.op_index = single_launch_ ? nullptr : op_index(rank);
+    a.index_word = single_launch_ ? op_index(rank) : nullptr;  // as the client library passes them
+    a.status_mirror = single_launch_ ? status_mirror(rank) : nullptr;
     a.done = done(rank);
     a.finished = finished(rank);
     a.counter = counter(rank);
@@ -162,6 +166,11 @@ class VirtualRanks {
     int32_t e = 0;
     gpuMemcpy(&e, error_word(), sizeof(e), gpuMemcpyDeviceToHost);
     return e;
+  }
+  int32_t Word32(const int32_t* p) const {
+    int32_t v = 0;
+    gpuMemcpy(&v, p, sizeof(v), gpuMemcpyDeviceToHost);
+    return v;
   }
   uint64_t Word(const uint64_t* p) const {
     uint64_t v = 0;
