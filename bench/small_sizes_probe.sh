@@ -30,6 +30,16 @@ bench=./bin/collective-bench
       done
     done
   done
+  # The fixed cost per op against the number of ranks: a tiny op, replayed,
+  # with one launch per rank (start and end barriers) and with one fused
+  # launch for every rank (no barriers): launches of ranks sharing a GPU
+  # start one after another, and the start barrier waits for the last.
+  for g in 2 4 8; do
+    for a in twoshot fused; do
+      echo "## fixed cost: in-process all_reduce, $g ranks, -a $a -p single -G 5"
+      timeout 30 $bench -t all_reduce -g $g -b 64K -e 16M -f 16 -a $a -p single -G 5 -c 0 -n 20 -w 5 | grep -v "^# least"
+    done
+  done
 } > "$out/small_sizes_inproc.txt" 2>&1
 echo "in-process rc=$?"
 work=$(mktemp -d)
@@ -52,4 +62,4 @@ echo "daemon rc=$?"
 kill -TERM $daemon; wait $daemon
 cp "$work/d.log" "$out/daemon.log"
 rm -rf "$work"
-grep -E "^## |^ +(16777216|67108864) " "$out"/small_sizes_*.txt | cut -c1-220
+grep -E "^## |^ +(65536|1048576|16777216|67108864) " "$out"/small_sizes_*.txt | cut -c1-220
