@@ -4,7 +4,8 @@
 # share of the ceiling at each traffic size, then the in-process kernel with
 # one launch per op against post + collective + complete, eager against
 # graph-replayed, one-shot against two-shot, then the same ops through the
-# daemon. Optional first: GPU daemon tests named by TESTS. Outputs under $OUT.
+# daemon, and the latency of 16 KiB-1 MiB all-reduces. Optional first: GPU
+# daemon tests named by TESTS. Outputs under $OUT.
 #   [TESTS=gtest-filter] [RANKS="2 8"] bash gpu-bundle/small_sizes_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 if [ -n "${TESTS:-}" ]; then
@@ -57,9 +58,20 @@ for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
       done
     done
   done
+  # Latency, 16 KiB-1 MiB (the issue's sizes), eager and graph-replayed,
+  # next to the in-process single launch of the same run.
+  for g in 2 8; do
+    for G in 0 10; do
+      echo "## latency: in-process all_reduce, $g ranks, -p single -G $G"
+      timeout 30 $bench -t all_reduce -g $g -b 16K -e 1M -f 4 -p single -G $G -c 0 -n 50 -w 20 | grep -v "^# least"
+      echo "## latency: daemon all_reduce, $g ranks, -z 1 -G $G"
+      timeout 30 $bench -D "$work/c.sock" -k "l-$g-$G" -t all_reduce -g $g -b 16K -e 1M -f 4 -z 1 -G $G -c 1 \
+        -n 50 -w 20 | grep -v "^# least"
+    done
+  done
 } > "$out/small_sizes_daemon.txt" 2>&1
 echo "daemon rc=$?"
 kill -TERM $daemon; wait $daemon
 cp "$work/d.log" "$out/daemon.log"
 rm -rf "$work"
-grep -E "^## |^ +(65536|1048576|16777216|67108864) " "$out"/small_sizes_*.txt | cut -c1-220
+grep -E "^## |^ +(16384|65536|1048576|16777216|67108864) " "$out"/small_sizes_*.txt | cut -c1-220
