@@ -153,8 +153,9 @@ __device__ bool BeginOp(const DeviceRankArgs& a, uint64_t* gen_out) {
     if (!live) RecordError(a, kDeviceAborted);
     if (a.op_index == nullptr && blockIdx.x == 0) {
       if (a.index_word != nullptr) *a.index_word = gen - 1;
-      // Trace entries need no clearing: word 1 is an atomicMax of a clock that
-      // only grows, words 0 and 2 are written at completion, word 3 says whose.
+      // Words 0-2 of the entry were cleared when the op before completed
+      // (ClearNextTraceEntry): clearing them here would race with other
+      // blocks' atomicMax, which do not wait for this block.
       if (a.trace != nullptr) TraceEntry(a.trace, gen)[3] = gen;
       if (a.counter != nullptr) *a.counter = gen;  // LaunchPost would have taken index gen - 1
     }
@@ -162,6 +163,14 @@ __device__ bool BeginOp(const DeviceRankArgs& a, uint64_t* gen_out) {
   __syncthreads();
   *gen_out = gen;
   return live != 0;
+}
+
+// Op `gen` completes: clear words 0-2 of the next op's entry (an op of 64
+// ago), so a single-launch next op, which cannot clear its own, starts from
+// zeros: "not read yet", "not complete".
+__device__ void ClearNextTraceEntry(uint64_t* trace, uint64_t gen) {
+  uint64_t* next = TraceEntry(trace, gen + 1);
+  for (uint64_t w = 0; w < kTraceEntryWords - 1; ++w) next[w] = 0;
 }
 
 // Single-launch mode: the last block to finish completes the op, after every
@@ -172,10 +181,12 @@ __device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
-    if (atomicAdd(a.finished, 1u) == gridDim.x - 1) {
-      *a.finished = 0;  // the next op's kernel starts after this one ends (stream order)
+    // atomicInc wraps to 0 on the last block: the count is ready for the next
+    // op even if a wrongly ordered launch ever counted into this one.
+    if (atomicInc(a.finished, gridDim.x - 1) == gridDim.x - 1) {
       __threadfence_system();
       if (a.trace != nullptr) {
+        ClearNextTraceEntry(a.trace, gen);
         uint64_t* e = TraceEntry(a.trace, gen);
         e[2] = NowNs();
         __threadfence();
@@ -223,6 +234,7 @@ __global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done, uint64_
     __threadfence_system();
     const uint64_t gen = *op_index + 1;
     if (trace != nullptr) {
+      ClearNextTraceEntry(trace, gen);  // the next op may be a single launch
       uint64_t* e = TraceEntry(trace, gen);
       e[2] = NowNs();
       __threadfence();

@@ -173,10 +173,10 @@ TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
   vr.SetSingleLaunch(true);
   static const int32_t unset = -1;  // poison: neither a verdict nor an index
   static const uint64_t no_index = ~uint64_t{0};
-  ASSERT_EQ(gpuMemcpy(vr.status_mirror(0), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
-  ASSERT_EQ(gpuMemcpy(vr.op_index(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
   // Only rank 0 launches; rank 1 never arrives.
   for (uint64_t op = 1; op <= 2; ++op) {
+    ASSERT_EQ(gpuMemcpy(vr.status_mirror(0), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
+    ASSERT_EQ(gpuMemcpy(vr.op_index(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE(LaunchAllGather(DataType::kFloat32, vr.Args(0, 64, false), 4, vr.stream(0)).ok());
     ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
@@ -185,11 +185,67 @@ TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
     EXPECT_EQ(vr.Word(vr.op_index(0)), op - 1);  // what LaunchWait reads
     EXPECT_EQ(vr.Word(vr.counter(0)), op);       // posted count, for the daemon's stats
     EXPECT_EQ(vr.Word32(reinterpret_cast<int32_t*>(vr.finished(0))), 0);  // ready for the next op
-    // The first op ran into its deadline; the second found the communicator aborted.
+    // The first op ran into its deadline; the second found the communicator
+    // aborted. The verdict is the error word, which keeps the first error.
     EXPECT_EQ(vr.Word32(vr.status_mirror(0)), kDeviceDeadline) << "op " << op;
   }
   EXPECT_EQ(vr.Error(), kDeviceDeadline);
   EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
+}
+
+// The op trace of single-launch ops, past the kTraceDepth entries it keeps:
+// every op's entry says posted, read, complete, in that order, and no entry
+// shows an older op's times (a single launch cannot clear its own entry; the
+// op before clears it). Half the ops run post/complete, so the modes mix.
+TEST(DeviceCollectivesTest, SingleLaunchTraceEntriesStartCleared) {
+  REQUIRE_GPU();
+  const uint32_t n = 2;
+  const uint64_t count = 1024;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, count * 4, count * 4, /*timeout_ns=*/2'000'000'000).ok());
+  const uint64_t words = kTraceDepth * kTraceEntryWords;
+  uint64_t* trace = nullptr;
+  ASSERT_EQ(gpuMalloc(&trace, n * words * sizeof(uint64_t)), gpuSuccess);
+  ASSERT_EQ(gpuMemset(trace, 0, n * words * sizeof(uint64_t)), gpuSuccess);
+  std::vector<uint64_t> host(n * words);
+  uint64_t last_completed[n] = {};
+  for (uint64_t op = 1; op <= kTraceDepth + 24; ++op) {
+    const bool single = op % 4 != 0;
+    vr.SetSingleLaunch(single);
+    ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, op, count, false).ok());
+    for (uint32_t r = 0; r < n; ++r) {
+      DeviceRankArgs a = vr.Args(r, count, false);
+      a.trace = trace + r * words;
+      if (!single) {
+        ASSERT_TRUE(LaunchPost(vr.counter(r), vr.op_index(r), vr.stream(r), nullptr, a.trace).ok());
+      }
+      ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, a, 4,
+                                  vr.stream(r)).ok());
+      if (!single) {
+        ASSERT_TRUE(LaunchComplete(vr.op_index(r), vr.done(r), vr.stream(r), nullptr, nullptr, nullptr, a.trace).ok());
+      }
+    }
+    ASSERT_TRUE(vr.Sync().ok());
+    ASSERT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, op, count), 0u) << "op " << op;
+    ASSERT_EQ(gpuMemcpy(host.data(), trace, host.size() * sizeof(uint64_t), gpuMemcpyDeviceToHost), gpuSuccess);
+    for (uint32_t r = 0; r < n; ++r) {
+      const uint64_t* e = host.data() + r * words + ((op - 1) % kTraceDepth) * kTraceEntryWords;
+      EXPECT_EQ(e[3], op) << "rank " << r << " op " << op;  // posted
+      EXPECT_EQ(e[0], op) << "rank " << r << " op " << op;  // complete
+      EXPECT_NE(e[1], 0u) << "rank " << r << " op " << op;  // when its reads ended, this op's
+      EXPECT_LE(e[1], e[2]) << "rank " << r << " op " << op;  // before it completed
+      const uint64_t* next = host.data() + r * words + (op % kTraceDepth) * kTraceEntryWords;
+      EXPECT_EQ(next[0] | next[1] | next[2], 0u) << "rank " << r << ": the entry after op " << op;
+    }
+    // This op's reads ended after the previous op completed (stream order; the
+    // clock may tick coarsely, so not earlier): no older op's time survived.
+    for (uint32_t r = 0; r < n; ++r) {
+      const uint64_t* e = host.data() + r * words + ((op - 1) % kTraceDepth) * kTraceEntryWords;
+      EXPECT_GE(e[1], last_completed[r]) << "rank " << r << " op " << op;
+      last_completed[r] = e[2];
+    }
+  }
+  gpuFree(trace);
 }
 
 TEST(DeviceCollectivesTest, DisagreeingDescriptorFailsEveryRankInsteadOfReducing) {
