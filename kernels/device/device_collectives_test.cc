@@ -196,7 +196,7 @@ TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
 // The op trace of single-launch ops, past the kTraceDepth entries it keeps:
 // every op's entry says posted, read, complete, in that order, and no entry
 // shows an older op's times (a single launch cannot clear its own entry; the
-// op before clears it). Half the ops run post/complete, so the modes mix.
+// op before clears it). Every fourth op runs post/complete, so the modes mix.
 TEST(DeviceCollectivesTest, SingleLaunchTraceEntriesStartCleared) {
   REQUIRE_GPU();
   const uint32_t n = 2;
