@@ -37,7 +37,7 @@
 #include "bench/memory_ceilings.h"
 #include "bench/rank_set.h"
 #include "kernels/device/device_collectives.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 
 #ifdef COLLECTIVED_BENCH_MPI
 #include <mpi.h>

@@ -6,7 +6,7 @@
 #include "bench/rank_set.h"
 #include "collectived/client.h"
 #include "ipc/cumem_window.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "tests/support/exact_data.h"
 
 namespace collectived::bench {

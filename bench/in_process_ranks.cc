@@ -1,6 +1,6 @@
 // The in-process baseline: VirtualRanks straight on the kernels.
 #include "bench/rank_set.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "tests/support/virtual_ranks.h"
 
 namespace collectived::bench {

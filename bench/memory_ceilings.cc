@@ -1,7 +1,7 @@
 #include "bench/memory_ceilings.h"
 
-#include "kernels/device/gpu_check.h"
-#include "kernels/device/gpu_runtime.h"
+#include "base/gpu/gpu_check.h"
+#include "base/gpu/gpu_runtime.h"
 
 namespace collectived::bench {
 namespace {

@@ -7,7 +7,7 @@
 #ifdef COLLECTIVED_HAVE_CUDA
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
 #endif
 

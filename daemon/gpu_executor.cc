@@ -14,7 +14,7 @@
 #ifdef COLLECTIVED_HAVE_CUDA
 #include "kernels/device/device_collectives.h"
 #include "kernels/device/device_reduce.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
 #include "ipc/cumem_window.h"
 #endif
@@ -72,7 +72,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
                                          gpuHostRegisterMapped | gpuHostRegisterPortable);
   if (reg != gpuSuccess) {
     gpuStreamDestroy(stream);
-    return device::GpuErrorStatus(reg, "gpuHostRegister", __FILE__, __LINE__);
+    return gpu::GpuErrorStatus(reg, "gpuHostRegister", __FILE__, __LINE__);
   }
   ex->registered_ = base;
   ex->thread_ = std::thread([e = ex.get()] { e->Run(); });

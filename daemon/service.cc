@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "collectived/client.h"
+#include "collectived/api_version.h"
 #include "proto/status_convert.h"
 #include "ring/wait.h"
 

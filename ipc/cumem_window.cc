@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <mutex>
 
 namespace collectived::ipc {
@@ -78,12 +77,11 @@ const Driver& GetDriver() {
   return d;
 }
 
-// One log line per failing driver call, like the runtime's GPU_CHECK.
+// A failing driver call as a Status naming it, like the runtime's GPU_CHECK.
 Status DriverStatus(CUresult r, const char* call) {
   const char* name = nullptr;
   GetDriver().cuGetErrorName(r, &name);
   std::string msg = std::string(call) + " failed: " + (name ? name : "unknown CUDA driver error");
-  std::fprintf(stderr, "collectived: %s\n", msg.c_str());
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return Status::ResourceExhausted(msg);
   if (r == CUDA_ERROR_NOT_SUPPORTED) return Status::FailedPrecondition(msg);
   return Status::Internal(msg);

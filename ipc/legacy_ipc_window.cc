@@ -7,8 +7,8 @@
 #include <mutex>
 #include <utility>
 
-#include "kernels/device/device_guard.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/device_guard.h"
+#include "base/gpu/gpu_check.h"
 
 namespace collectived::ipc {
 
@@ -32,7 +32,7 @@ OpenHandles& Opened() {
 
 Status LegacyIpcWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<LegacyIpcWindow>* out) {
   if (bytes == 0) return Status::InvalidArgument("window of 0 bytes");
-  device::DeviceGuard guard(ordinal);
+  gpu::DeviceGuard guard(ordinal);
   std::unique_ptr<LegacyIpcWindow> w(new LegacyIpcWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
@@ -52,7 +52,7 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
                                    std::to_string(handle.size()));
   }
   std::memcpy(&h, handle.data(), sizeof(h));
-  device::DeviceGuard guard(ordinal);
+  gpu::DeviceGuard guard(ordinal);
   std::unique_ptr<LegacyIpcWindow> w(new LegacyIpcWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
@@ -64,7 +64,7 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
     const cudaError_t err = cudaIpcOpenMemHandle(&e.ptr, h, cudaIpcMemLazyEnablePeerAccess);
     if (err != cudaSuccess) {
       handles.open.erase({handle, ordinal});
-      return device::GpuErrorStatus(err, "cudaIpcOpenMemHandle", __FILE__, __LINE__);
+      return gpu::GpuErrorStatus(err, "cudaIpcOpenMemHandle", __FILE__, __LINE__);
     }
   }
   ++e.refs;
@@ -77,7 +77,7 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
 
 LegacyIpcWindow::~LegacyIpcWindow() {
   if (ptr_ == nullptr) return;
-  device::DeviceGuard guard(ordinal_);
+  gpu::DeviceGuard guard(ordinal_);
   if (!opened_) {
     cudaFree(ptr_);
     return;

@@ -9,7 +9,7 @@ out=$(mktemp -d /tmp/collectived-hip-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 status=0
 for f in "$src"/kernels/device/*.cu; do
-  if hipcc -std=c++20 --offload-arch="$arch" -DCOLLECTIVED_USE_HIP -I "$src/client/include" -I "$src" -x hip \
+  if hipcc -std=c++20 --offload-arch="$arch" -DCOLLECTIVED_USE_HIP -I "$src/include" -I "$src" -x hip \
        -c "$f" -o "$out/$(basename "$f").o" > "$out/log" 2>&1 && strings "$out/$(basename "$f").o" | grep -q "$arch"; then
     echo "ok   $(basename "$f") for $arch"
   else

@@ -16,8 +16,8 @@
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
 #include "kernels/device/device_collectives.h"
-#include "kernels/device/device_guard.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/device_guard.h"
+#include "base/gpu/gpu_check.h"
 #include "kernels/device/gpu_comm_layout.h"
 
 namespace collectived {
@@ -26,7 +26,7 @@ namespace {
 
 constexpr int32_t kSlotUnset = -1;  // a status slot the complete kernel has not written yet
 
-using device::DeviceGuard;
+using gpu::DeviceGuard;
 
 // Host-mapped int32 words, one per op in flight: the complete kernel writes
 // the op's verdict into its handle's word. A word goes back to the pool only
@@ -214,7 +214,7 @@ Status WaitFired(gpuEvent_t event, int64_t timeout_ms, const std::string& what_i
   for (uint32_t polls = 0;; ++polls) {
     const gpuError_t e = gpuEventQuery(event);
     if (e == gpuSuccess) return Status::Ok();
-    if (e != gpuErrorNotReady) return device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+    if (e != gpuErrorNotReady) return gpu::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
     if (std::chrono::steady_clock::now() >= deadline) return Status::DeadlineExceeded(what_if_not);
     if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -240,7 +240,7 @@ bool GpuOpTest(const GpuOpState& op, Status* status) {
   }
   const gpuError_t e = gpuEventQuery(op.event);
   if (e == gpuErrorNotReady) return false;
-  if (status) *status = e == gpuSuccess ? op.Verdict() : device::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+  if (status) *status = e == gpuSuccess ? op.Verdict() : gpu::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
   return true;
 }
 

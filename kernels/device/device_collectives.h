@@ -25,7 +25,7 @@
 
 #include "collectived/status.h"
 #include "collectived/types.h"
-#include "kernels/device/gpu_runtime.h"
+#include "base/gpu/gpu_runtime.h"
 
 namespace collectived::device {
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "kernels/device/reduce_ops.cuh"
 
 namespace collectived::device {

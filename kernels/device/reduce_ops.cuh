@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "collectived/types.h"
-#include "kernels/device/gpu_runtime.h"
+#include "base/gpu/gpu_runtime.h"
 
 namespace collectived::device {
 

@@ -14,7 +14,7 @@
 #include "client/src/gpu_communicator.h"  // GpuHardwareQueues: a policy checked without a GPU
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "ipc/cumem_window.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/exact_data.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/device/device_collectives.h"
-#include "kernels/device/gpu_check.h"
+#include "base/gpu/gpu_check.h"
 #include "tests/support/exact_data.h"
 
 namespace collectived::testing {

@@ -1,11 +1,11 @@
 // Makes a GPU device current on this thread for a scope, and restores the
 // one before (a library call must not change its caller's current device).
-#ifndef COLLECTIVED_KERNELS_DEVICE_DEVICE_GUARD_H_
-#define COLLECTIVED_KERNELS_DEVICE_DEVICE_GUARD_H_
+#ifndef COLLECTIVED_BASE_GPU_DEVICE_GUARD_H_
+#define COLLECTIVED_BASE_GPU_DEVICE_GUARD_H_
 
-#include "kernels/device/gpu_runtime.h"
+#include "base/gpu/gpu_runtime.h"
 
-namespace collectived::device {
+namespace collectived::gpu {
 
 class DeviceGuard {
  public:
@@ -25,6 +25,6 @@ class DeviceGuard {
   bool restore_ = false;
 };
 
-}  // namespace collectived::device
+}  // namespace collectived::gpu
 
-#endif  // COLLECTIVED_KERNELS_DEVICE_DEVICE_GUARD_H_
+#endif  // COLLECTIVED_BASE_GPU_DEVICE_GUARD_H_

@@ -1,8 +1,8 @@
 // One source for CUDA and HIP: the runtime names the device code uses, aliased
 // to whichever toolkit compiles it (MSCCL++ style). HIP builds define
 // COLLECTIVED_USE_HIP (or compile with hipcc for AMD).
-#ifndef COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_
-#define COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_
+#ifndef COLLECTIVED_BASE_GPU_GPU_RUNTIME_H_
+#define COLLECTIVED_BASE_GPU_GPU_RUNTIME_H_
 
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
 #include <hip/hip_fp16.h>
@@ -169,4 +169,4 @@ inline cudaError_t gpuDeviceUsesMps(int device, int* mps) {
 }
 #endif
 
-#endif  // COLLECTIVED_KERNELS_DEVICE_GPU_RUNTIME_H_
+#endif  // COLLECTIVED_BASE_GPU_GPU_RUNTIME_H_

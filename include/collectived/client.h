@@ -32,13 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "collectived/api_version.h"
 #include "collectived/status.h"
 #include "collectived/types.h"
 
 namespace collectived {
-
-constexpr uint32_t kApiMajor = 1;
-constexpr uint32_t kApiMinor = 3;  // 1.1: GPU communicators; 1.2: cannot_join; 1.3: registered GPU buffers
 
 // A GPU stream (cudaStream_t or hipStream_t), opaque so that this header
 // needs no GPU runtime.
