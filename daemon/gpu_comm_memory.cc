@@ -8,14 +8,15 @@
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
 #include "base/gpu/gpu_check.h"
-#include "kernels/device/gpu_comm_layout.h"
+#include "kernels/device/device_collectives.h"
+#include "ring/gpu_control_layout.h"
 #endif
 
 namespace collectived::daemon {
 
 #ifdef COLLECTIVED_HAVE_CUDA
 
-static_assert(kMaxGpuRanks == device::kMaxDeviceRanks, "one limit for the daemon and the kernels");
+static_assert(kMaxGpuRanks == ring::kMaxDeviceRanks, "one limit for the daemon and the kernels");
 
 struct GpuCommMemory::Windows {
   std::vector<std::unique_ptr<ipc::GpuWindow>> windows;
@@ -37,8 +38,8 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
   if (device_uuids.empty()) return Status::InvalidArgument("a GPU communicator needs at least one rank");
   auto m = std::unique_ptr<GpuCommMemory>(new GpuCommMemory());
   m->windows_ = std::make_unique<Windows>();
-  m->slot_bytes_ = device::AlignUp(slot_bytes, device::kHeapAlignment);
-  m->heap_bytes_ = device::AlignUp(heap_bytes, device::kHeapAlignment);
+  m->slot_bytes_ = ring::AlignUp(slot_bytes, ring::kHeapAlignment);
+  m->heap_bytes_ = ring::AlignUp(heap_bytes, ring::kHeapAlignment);
   m->legacy_ipc_ = how == GpuMemoryExport::kLegacyIpc;
   if (how == GpuMemoryExport::kAuto) {
     for (const std::string& uuid : device_uuids) {
@@ -66,7 +67,7 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
     m->windows_->devices.push_back(uuid);
     return Status::Ok();
   };
-  COLLECTIVED_RETURN_IF_ERROR(add(device_uuids[0], device::GpuControlLayout::kBytes));
+  COLLECTIVED_RETURN_IF_ERROR(add(device_uuids[0], ring::GpuControlLayout::kBytes));
   // Flags, counters and the error word start at zero; slots and heaps need not.
   ipc::GpuWindow& control = *m->windows_->windows[0];
   COLLECTIVED_GPU_CHECK(gpuSetDevice(control.ordinal()));
@@ -75,7 +76,7 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
   for (const std::string& uuid : device_uuids) {
     COLLECTIVED_RETURN_IF_ERROR(add(uuid, m->slot_bytes_ + m->heap_bytes_));
   }
-  uint32_t blocks = device::kMaxBlocks;
+  uint32_t blocks = ring::kMaxBlocks;
   for (const std::string& uuid : device_uuids) {
     int ordinal = 0, sms = 0;
     COLLECTIVED_RETURN_IF_ERROR(ipc::GpuOrdinalByUuid(uuid, &ordinal));
@@ -115,7 +116,7 @@ Status GpuCommMemory::SetAbort() const {
   COLLECTIVED_GPU_CHECK(gpuSetDevice(window_ordinal(0)));
   const uint64_t one = 1;
   COLLECTIVED_GPU_CHECK(
-      gpuMemcpy(device::GpuControlLayout::Abort(window_ptr(0)), &one, sizeof(one), gpuMemcpyHostToDevice));
+      gpuMemcpy(ring::GpuControlLayout::Abort(window_ptr(0)), &one, sizeof(one), gpuMemcpyHostToDevice));
   // A copy from pageable memory returns once the bytes are staged, before
   // they land. The window may be unmapped right after this returns (the last
   // member left): a write still in flight then faults on the unmapped page
@@ -129,26 +130,26 @@ Status GpuCommMemory::ReadCounts(uint32_t world, Counts* out) const {
   COLLECTIVED_GPU_CHECK(gpuSetDevice(window_ordinal(0)));
   void* c = window_ptr(0);
   // The rank words and everything after them, in one copy.
-  const uint64_t first = device::GpuControlLayout::kRankWordsWord;
-  std::vector<uint64_t> words(device::GpuControlLayout::kAbortWord + 1 - first);
+  const uint64_t first = ring::GpuControlLayout::kRankWordsWord;
+  std::vector<uint64_t> words(ring::GpuControlLayout::kAbortWord + 1 - first);
   COLLECTIVED_GPU_CHECK(gpuMemcpy(words.data(), static_cast<uint64_t*>(c) + first, words.size() * 8,
                                   gpuMemcpyDeviceToHost));
   out->posted.resize(world);
   out->completed.resize(world);
   for (uint32_t r = 0; r < world; ++r) {
-    const uint64_t at = (device::GpuControlLayout::Counter(c, r) - static_cast<uint64_t*>(c)) - first;
+    const uint64_t at = (ring::GpuControlLayout::Counter(c, r) - static_cast<uint64_t*>(c)) - first;
     out->posted[r] = words[at];
-    out->completed[r] = words[(device::GpuControlLayout::Done(c, r) - static_cast<uint64_t*>(c)) - first];
+    out->completed[r] = words[(ring::GpuControlLayout::Done(c, r) - static_cast<uint64_t*>(c)) - first];
   }
-  out->error = static_cast<int32_t>(words[device::GpuControlLayout::kErrorWord - first] & 0xffffffffu);
-  out->abort = words[device::GpuControlLayout::kAbortWord - first];
+  out->error = static_cast<int32_t>(words[ring::GpuControlLayout::kErrorWord - first] & 0xffffffffu);
+  out->abort = words[ring::GpuControlLayout::kAbortWord - first];
   return Status::Ok();
 }
 
 Status GpuCommMemory::ReadAbort(uint64_t* out) const {
   COLLECTIVED_GPU_CHECK(gpuSetDevice(window_ordinal(0)));
   COLLECTIVED_GPU_CHECK(
-      gpuMemcpy(out, device::GpuControlLayout::Abort(window_ptr(0)), sizeof(*out), gpuMemcpyDeviceToHost));
+      gpuMemcpy(out, ring::GpuControlLayout::Abort(window_ptr(0)), sizeof(*out), gpuMemcpyDeviceToHost));
   return Status::Ok();
 }
 

@@ -1,7 +1,7 @@
 // The device memory of one GPU communicator, owned by the daemon: a control
 // window on the first rank's device and one rank window (input slot, then
 // symmetric heap) per rank on that rank's device, all cuMem allocations that
-// members import by fd (kernels/device/gpu_comm_layout.h has the layout), or,
+// members import by fd (ring/gpu_control_layout.h has the layout), or,
 // where cuMem memory cannot be exported, cudaMalloc memory that members open
 // by legacy cudaIpc handle.
 // Built with the CUDA toolkit; elsewhere Create() says the backend is absent.

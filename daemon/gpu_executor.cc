@@ -9,13 +9,14 @@
 
 #include "daemon/copy_engine_plan.h"
 #include "ring/matcher.h"
+#include "ring/op_codec.h"
 #include "ring/wait.h"
 
 #ifdef COLLECTIVED_HAVE_CUDA
 #include "kernels/device/device_collectives.h"
 #include "kernels/device/device_reduce.h"
 #include "base/gpu/gpu_check.h"
-#include "kernels/device/gpu_comm_layout.h"
+#include "ring/gpu_control_layout.h"
 #include "ipc/cumem_window.h"
 #endif
 
@@ -68,7 +69,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
   // The publish kernel writes each rank's `completed` word in the segment.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   void* base = &seg.header();
-  const gpuError_t reg = gpuHostRegister(base, device::AlignUp(seg.control_bytes(), page),
+  const gpuError_t reg = gpuHostRegister(base, ring::AlignUp(seg.control_bytes(), page),
                                          gpuHostRegisterMapped | gpuHostRegisterPortable);
   if (reg != gpuSuccess) {
     gpuStreamDestroy(stream);
@@ -157,17 +158,21 @@ Status GpuExecutor::RunOp(uint64_t index) {
   for (uint32_t r = 0; r < world; ++r) {
     uint8_t* window = static_cast<uint8_t*>(memory_->window_ptr(1 + r));
     auto place = [&](uint64_t where, uint64_t offset, uint64_t bytes, void** out) -> Status {
-      if (where == device::kGpuPlaceSlot && offset == 0 && bytes <= memory_->slot_bytes()) {
+      ring::BufferPlace kind{};
+      uint64_t id = 0;
+      const bool known = ring::DecodeBufferPlace(where, &kind, &id);
+      if (known && kind == ring::BufferPlace::kSlot && offset == 0 && bytes <= memory_->slot_bytes()) {
         *out = window;
-      } else if (where == device::kGpuPlaceHeap && offset <= memory_->heap_bytes() && bytes <= memory_->heap_bytes() - offset) {
+      } else if (known && kind == ring::BufferPlace::kHeap && offset <= memory_->heap_bytes() &&
+                 bytes <= memory_->heap_bytes() - offset) {
         *out = window + memory_->slot_bytes() + offset;
-      } else if ((where & 0xff) == device::kGpuPlaceRegistered) {
+      } else if (known && kind == ring::BufferPlace::kRegistered) {
         // Stays mapped through the op: every rank deregisters only after its ops on it finished.
         std::lock_guard<std::mutex> lock(callers_mu_);
-        auto it = callers_buffers_.find(where >> 8);
+        auto it = callers_buffers_.find(id);
         if (it == callers_buffers_.end() || offset > it->second.bytes || bytes > it->second.bytes - offset) {
           return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer lies outside registered buffer " +
-                                         std::to_string(where >> 8));
+                                         std::to_string(id));
         }
         *out = it->second.at[r] + offset;
       } else {
@@ -202,7 +207,7 @@ Status GpuExecutor::RunOp(uint64_t index) {
   } else {
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, d.reduce_op, a, device::kMaxBlocks, stream));
   }
-  device::PublishArgs p;
+  ring::PublishArgs p;
   p.n = world;
   p.value = index + 1;
   for (uint32_t r = 0; r < world; ++r) {
@@ -210,7 +215,7 @@ Status GpuExecutor::RunOp(uint64_t index) {
     COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, &seg_.control(r).completed.value, 0));
     p.words[r] = static_cast<uint64_t*>(dev);
   }
-  COLLECTIVED_RETURN_IF_ERROR(device::LaunchPublish(p, stream));
+  COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPublish(p, stream));
   handoff_ns_.fetch_add(static_cast<uint64_t>(ring::NowNs() - ready_ns));
   ops_.fetch_add(1);
   return Status::Ok();
@@ -295,7 +300,7 @@ Status GpuExecutor::CopyEngineAllReduce(DataType dtype, ReduceOp op, const void*
 Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t world) {
   // No op's input exceeds the larger of the slot and the heap.
   const uint64_t largest = std::max(memory_->slot_bytes(), memory_->heap_bytes());
-  const uint64_t size = std::min<uint64_t>(paths_.scratch_bytes, device::AlignUp(world * largest, 1u << 16));
+  const uint64_t size = std::min<uint64_t>(paths_.scratch_bytes, ring::AlignUp(world * largest, 1u << 16));
   CopyEnginePlan any;  // the scratch must serve every element size, 8 bytes the largest
   COLLECTIVED_RETURN_IF_ERROR(CopyEnginePlan::Make(world, 0, 8, size, &any));
   constexpr uint32_t kMaxLanes = 4;

@@ -19,7 +19,7 @@
 #include "collectived/v1/collectived.pb.h"
 #include "daemon/daemon_config.h"
 #include "ipc/shm_window.h"
-#include "kernels/host/host_executor.h"
+#include "executor/host_executor.h"
 #include "ring/segment_layout.h"
 
 namespace collectived::daemon {

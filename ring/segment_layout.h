@@ -81,7 +81,7 @@ enum UnsafeFlags : uint32_t {
 struct alignas(kCacheLine) RankControl {
   PaddedWord next_index;             // op counter: the poster takes indices here
   PaddedWord completed;              // ops of this rank finished (index + 1 of the last)
-  PaddedWord phase_flag[kNumPhases]; // generation flags: (index + 1) << 8 | local status
+  PaddedWord phase_flag[kNumPhases]; // generation flags: EncodePhaseFlag (ring/op_codec.h)
 };
 
 struct alignas(kCacheLine) CommHeader {

@@ -8,7 +8,7 @@ command -v hipcc >/dev/null || { echo "hipcc not installed: HIP compile check sk
 out=$(mktemp -d /tmp/collectived-hip-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 status=0
-for f in "$src"/kernels/device/*.cu; do
+for f in "$src"/ring/*.cu "$src"/kernels/device/*.cu; do
   if hipcc -std=c++20 --offload-arch="$arch" -DCOLLECTIVED_USE_HIP -I "$src/include" -I "$src" -x hip \
        -c "$f" -o "$out/$(basename "$f").o" > "$out/log" 2>&1 && strings "$out/$(basename "$f").o" | grep -q "$arch"; then
     echo "ok   $(basename "$f") for $arch"

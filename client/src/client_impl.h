@@ -13,7 +13,7 @@
 #include "collectived/client.h"
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "ipc/shm_window.h"
-#include "kernels/host/host_executor.h"
+#include "executor/host_executor.h"
 #include "ring/segment_layout.h"
 
 namespace collectived {

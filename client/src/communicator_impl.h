@@ -7,7 +7,7 @@
 
 #include "client/src/client_impl.h"
 #include "client/src/gpu_communicator.h"
-#include "kernels/host/host_executor.h"
+#include "executor/host_executor.h"
 #include "ring/segment_layout.h"
 
 namespace collectived {

@@ -18,7 +18,9 @@
 #include "kernels/device/device_collectives.h"
 #include "base/gpu/device_guard.h"
 #include "base/gpu/gpu_check.h"
-#include "kernels/device/gpu_comm_layout.h"
+#include "ring/gpu_control_layout.h"
+#include "ring/matcher.h"
+#include "ring/op_codec.h"
 
 namespace collectived {
 
@@ -94,7 +96,7 @@ class SymmetricHeap {
     if (size > 0) free_[0] = size;
   }
   Status Alloc(uint64_t bytes, uint64_t* offset) {
-    const uint64_t need = device::AlignUp(std::max<uint64_t>(bytes, 1), device::kHeapAlignment);
+    const uint64_t need = ring::AlignUp(std::max<uint64_t>(bytes, 1), ring::kHeapAlignment);
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second < need) continue;
@@ -438,16 +440,16 @@ struct GpuCommunicator::Impl {
     a.rank = setup.rank;
     a.world = world();
     a.count = count;
-    a.flags = device::GpuControlLayout::Flags(c);
-    a.op_index = device::GpuControlLayout::OpIndex(c, setup.rank);
-    a.done = device::GpuControlLayout::Done(c, setup.rank);
-    a.finished = device::GpuControlLayout::Finished(c, setup.rank);
-    a.counter = device::GpuControlLayout::Counter(c, setup.rank);
+    a.flags = ring::GpuControlLayout::Flags(c);
+    a.op_index = ring::GpuControlLayout::OpIndex(c, setup.rank);
+    a.done = ring::GpuControlLayout::Done(c, setup.rank);
+    a.finished = ring::GpuControlLayout::Finished(c, setup.rank);
+    a.counter = ring::GpuControlLayout::Counter(c, setup.rank);
     a.abort_word = abort_word;
-    a.error_word = device::GpuControlLayout::Error(c);
+    a.error_word = ring::GpuControlLayout::Error(c);
     a.timeout_ns = setup.seg.header().op_timeout_ns;
-    a.descriptors = device::GpuControlLayout::Descriptors(c);
-    a.trace = device::GpuControlLayout::Trace(c, setup.rank);
+    a.descriptors = ring::GpuControlLayout::Descriptors(c);
+    a.trace = ring::GpuControlLayout::Trace(c, setup.rank);
     // Debug hook and negative control (daemon flags, in the segment header).
     const ring::CommHeader& h = setup.seg.header();
     if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
@@ -490,23 +492,20 @@ struct GpuCommunicator::Impl {
   // wait on the daemon's completion word.
   Status PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream_t stream) {
     void* c = control->device_ptr();
-    device::RingPostArgs p;
-    p.counter = device::GpuControlLayout::Counter(c, setup.rank);
-    p.op_index = device::GpuControlLayout::OpIndex(c, setup.rank);
+    ring::RingPostArgs p;
+    p.counter = ring::GpuControlLayout::Counter(c, setup.rank);
+    p.op_index = ring::GpuControlLayout::OpIndex(c, setup.rank);
     p.posted_mirror = posted_mirror;
     p.ring = ring;
     p.depth = setup.seg.ring_depth();
-    p.slot_bytes = sizeof(ring::RingSlot);
-    p.desc_offset = offsetof(ring::RingSlot, desc);
-    static_assert(sizeof(ring::OpDescriptor) % 8 == 0 && sizeof(ring::OpDescriptor) / 8 <= device::kRingDescriptorWords);
-    p.desc_words = sizeof(ring::OpDescriptor) / 8;
-    std::memcpy(p.desc, &d, sizeof(d));
+    p.slot = ring::RingSlotLayout();
+    ring::PackOpDescriptor(d, p.desc);
     p.completed = completed_mirror;
     p.abort_word = abort_word;
-    p.error_word = device::GpuControlLayout::Error(c);
+    p.error_word = ring::GpuControlLayout::Error(c);
     p.timeout_ns = setup.seg.header().op_timeout_ns;
-    COLLECTIVED_RETURN_IF_ERROR(device::LaunchRingPost(p, stream));
-    return device::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
+    COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
+    return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
   }
 
   // How an op's kernel is completed (see Enqueue).
@@ -571,9 +570,9 @@ struct GpuCommunicator::Impl {
     Status enqueued = [&]() -> Status {
       void* c = control->device_ptr();
       if (!setup.daemon_executed && !in_kernel) {
-        COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(device::GpuControlLayout::Counter(c, setup.rank),
-                                                       device::GpuControlLayout::OpIndex(c, setup.rank), stream,
-                                                       nullptr, device::GpuControlLayout::Trace(c, setup.rank)));
+        COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(ring::GpuControlLayout::Counter(c, setup.rank),
+                                                       ring::GpuControlLayout::OpIndex(c, setup.rank), stream,
+                                                       nullptr, ring::GpuControlLayout::Trace(c, setup.rank)));
       }
       if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
       // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
@@ -581,7 +580,7 @@ struct GpuCommunicator::Impl {
       KernelCompletion completion;
       if (in_kernel) {
         completion.in_kernel = true;
-        completion.index_word = device::GpuControlLayout::OpIndex(c, setup.rank);
+        completion.index_word = ring::GpuControlLayout::OpIndex(c, setup.rank);
         completion.status_mirror = slot_dev;  // null for captured ops, as below
       }
       COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
@@ -598,10 +597,10 @@ struct GpuCommunicator::Impl {
       // handles); its failure shows in every later eager op, the error word being sticky.
       // Daemon-executed: the daemon keeps `completed` itself.
       if (!in_kernel) {
-        COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(
-            device::GpuControlLayout::OpIndex(c, setup.rank), device::GpuControlLayout::Done(c, setup.rank), stream,
-            nullptr, op->captured ? nullptr : device::GpuControlLayout::Error(c), slot_dev,
-            setup.daemon_executed ? nullptr : device::GpuControlLayout::Trace(c, setup.rank)));
+        COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(
+            ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
+            nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
+            setup.daemon_executed ? nullptr : ring::GpuControlLayout::Trace(c, setup.rank)));
       }
       if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
       event_recorded = true;
@@ -642,7 +641,7 @@ Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank
   Status copied = [&]() -> Status {
     for (uint32_t r = 0; r < m.world(); ++r) {
       const uint64_t* at =
-          device::GpuControlLayout::Trace(c, r) + (index % device::kTraceDepth) * device::kTraceEntryWords;
+          ring::GpuControlLayout::Trace(c, r) + (index % device::kTraceDepth) * device::kTraceEntryWords;
       COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(e.data() + r * device::kTraceEntryWords, at,
                                            device::kTraceEntryWords * sizeof(uint64_t), gpuMemcpyDeviceToHost, stream));
     }
@@ -701,13 +700,13 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
     COLLECTIVED_RETURN_IF_ERROR(import(ref, &w));
     impl->ranks.push_back(std::move(w));
   }
-  impl->abort_word = device::GpuControlLayout::Abort(impl->control->device_ptr());
+  impl->abort_word = ring::GpuControlLayout::Abort(impl->control->device_ptr());
   if (s.daemon_executed) {
     // Daemon-executed ops meet the daemon in the segment: ring posts write the
     // op ring, the wait kernel polls the daemon's `completed` word.
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     void* base = &s.seg.header();
-    COLLECTIVED_GPU_CHECK(gpuHostRegister(base, device::AlignUp(s.seg.control_bytes(), page),
+    COLLECTIVED_GPU_CHECK(gpuHostRegister(base, ring::AlignUp(s.seg.control_bytes(), page),
                                           gpuHostRegisterMapped | gpuHostRegisterPortable));
     impl->registered = base;
     void* dev = nullptr;
@@ -837,10 +836,7 @@ namespace {
 // address each other's buffers by them).
 void Describe(device::DeviceRankArgs* a, CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algo,
               bool zero_copy, uint64_t send_tag, uint64_t recv_tag) {
-  a->desc[0] = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(op) << 16 |
-               static_cast<uint64_t>(algo) << 24 | static_cast<uint64_t>(zero_copy) << 32;
-  a->desc[1] = a->count;
-  a->desc[2] = zero_copy ? (send_tag * 0x9E3779B97F4A7C15ull) ^ recv_tag : 0;
+  ring::PackDeviceDescriptor(kind, dtype, op, algo, a->count, zero_copy, send_tag, recv_tag, a->desc);
 }
 
 }  // namespace
@@ -866,7 +862,8 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   const void* recv_at[device::kMaxDeviceRanks];
   const bool zero_copy = m.Symmetric(send, bytes, &send_tag, send_at) && m.Symmetric(recv, bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
-  const bool small = bytes <= m.setup.seg.header().one_shot_max_bytes;
+  const bool small = ring::ChooseAlgorithm(CollectiveKind::kAllReduce, bytes, m.setup.seg.header().one_shot_max_bytes) ==
+                     ring::Algorithm::kOneShot;
   device::DeviceAlgorithm algo = small ? device::DeviceAlgorithm::kOneShot : device::DeviceAlgorithm::kTwoShotPush;
   std::function<Status()> copy_in, copy_out;
   if (zero_copy) {
@@ -972,29 +969,29 @@ Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* re
   uint8_t* mine = m.slot(m.setup.rank);
   uint64_t id = 0;
   if (m.InHeap(send, bytes, &d.send_offset)) {
-    d.send_buffer_id = device::kGpuPlaceHeap;
+    d.send_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kHeap);
   } else if (m.InRegistered(send, bytes, &id, &d.send_offset)) {
-    d.send_buffer_id = device::kGpuPlaceRegistered | id << 8;
+    d.send_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kRegistered, id);
   } else {
     if (bytes > m.setup.slot_bytes) {
       return Status::InvalidArgument("message of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
                                      std::to_string(m.setup.slot_bytes) + " bytes; use Communicator::AllocBuffer");
     }
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
-    d.send_buffer_id = device::kGpuPlaceSlot;
+    d.send_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kSlot);
     copy_in = CopyLater(mine, send, bytes, stream);
   }
   if (m.InHeap(recv, out_bytes, &d.recv_offset)) {
-    d.recv_buffer_id = device::kGpuPlaceHeap;
+    d.recv_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kHeap);
   } else if (m.InRegistered(recv, out_bytes, &id, &d.recv_offset)) {
-    d.recv_buffer_id = device::kGpuPlaceRegistered | id << 8;
+    d.recv_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kRegistered, id);
   } else if (kind == CollectiveKind::kAllGather) {
     return Status::InvalidArgument("a daemon-executed all-gather writes into the symmetric heap or a registered "
                                    "buffer: allocate recv with Communicator::AllocBuffer, or register it");
   } else {
     if (out_bytes > m.setup.slot_bytes) return Status::InvalidArgument("message exceeds the staging slot");
     COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
-    d.recv_buffer_id = device::kGpuPlaceSlot;
+    d.recv_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kSlot);
     d.recv_offset = 0;
     copy_out = CopyLater(recv, mine, bytes, stream);
   }

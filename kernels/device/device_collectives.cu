@@ -6,108 +6,25 @@
 
 #include "base/gpu/gpu_check.h"
 #include "kernels/device/reduce_ops.cuh"
+#include "ring/op_ring_device.cuh"
 
 namespace collectived::device {
 namespace {
+
+using ring::Barrier;
+using ring::BeginOp;
+using ring::EndBarrier;
+using ring::FinishOp;
+using ring::NowNs;
+using ring::RunOp;
 
 constexpr uint32_t kThreads = 512;
 // Two blocks of every kernel fit an SM (at most 64 registers a thread), so a
 // communicator's one block per SM leaves a slot for another's (or a wait).
 constexpr uint32_t kMinBlocksPerSm = 2;
 
-// ---- system-scope flags, timer ------------------------------------------------
-
-__device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
-#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-#endif
-}
-
-__device__ __forceinline__ uint64_t LoadAcquire(const uint64_t* p) {
-#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
-  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-#endif
-}
-
-__device__ __forceinline__ uint64_t NowNs() {
-#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
-  return __builtin_amdgcn_s_memrealtime() * 10;  // 100 MHz constant clock
-#else
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-#endif
-}
-
-__device__ void RecordError(const DeviceRankArgs& a, int32_t code) {
-  atomicCAS_system(a.error_word, 0, code);  // ranks on several GPUs share the word
-  if (code != kDeviceAborted) {
-    __threadfence_system();
-    StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator
-  }
-}
-
-// Spins until *word >= target; false (error recorded) on abort or deadline.
-__device__ bool SpinAtLeast(const DeviceRankArgs& a, const uint64_t* word, uint64_t target) {
-  const uint64_t deadline = NowNs() + a.timeout_ns;
-  uint32_t spins = 0;
-  while (LoadAcquire(word) < target) {
-    if ((++spins & 255) == 0) {
-      if (LoadAcquire(a.abort_word) != 0) {
-        RecordError(a, kDeviceAborted);
-        return false;
-      }
-      if (NowNs() > deadline) {
-        RecordError(a, kDeviceDeadline);
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-// Same-index blocks of every rank meet: thread t < world publishes (t == rank)
-// or waits for rank t's flag of this block and phase. Before it, every write of
-// this block is ordered (bar.sync, then a system fence by the publisher).
-__device__ bool Barrier(const DeviceRankArgs& a, uint32_t phase, uint64_t gen) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
-  if (threadIdx.x < a.world) {
-    uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
-    const bool match = phase == 0 && a.descriptors != nullptr;
-    if (threadIdx.x == a.rank) {
-      if (match) {  // every block writes the same row, so whichever flag a peer sees covers it
-        uint64_t* mine = a.descriptors + a.rank * kDescriptorWords;
-        mine[0] = gen;
-        for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
-      }
-      __threadfence_system();
-      StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
-    } else if (!SpinAtLeast(a, row + threadIdx.x * kMaxBlocks + blockIdx.x, gen)) {
-      failed = 1;
-    } else if (match) {
-      // The row stays until this rank passed the end barrier: the peer writes
-      // its next op's row only after every block of every rank got there.
-      const volatile uint64_t* theirs = a.descriptors + threadIdx.x * kDescriptorWords;
-      bool same = theirs[0] == gen;
-      for (uint32_t w = 1; w < kDescriptorWords; ++w) same = same && theirs[w] == a.desc[w - 1];
-      if (!same) {
-        RecordError(a, kDeviceMismatch);
-        failed = 1;
-      }
-    }
-  }
-  __syncthreads();
-  return failed == 0;
-}
-
+// Debug hook: this rank waits before reading peers (a slow reader, so a race
+// window is really open).
 __device__ void DebugReadDelay(const DeviceRankArgs& a) {
   if (a.debug_read_delay_ns == 0) return;
   const uint64_t end = NowNs() + a.debug_read_delay_ns;
@@ -115,148 +32,11 @@ __device__ void DebugReadDelay(const DeviceRankArgs& a) {
   }
 }
 
-// This rank's op trace entry for index `gen - 1`.
-__device__ uint64_t* TraceEntry(uint64_t* trace, uint64_t gen) {
-  return trace + ((gen - 1) % kTraceDepth) * kTraceEntryWords;
-}
-
-// The end barrier, unless the negative control skips it. Before it, each
-// block records when it finished reading (the trace keeps the latest).
-__device__ bool EndBarrier(const DeviceRankArgs& a, uint64_t gen) {
-  if (a.trace != nullptr) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      atomicMax(reinterpret_cast<unsigned long long*>(TraceEntry(a.trace, gen) + 1),
-                static_cast<unsigned long long>(NowNs()));
-    }
-  }
-  return a.unsafe_skip_end_barrier || Barrier(a, 1, gen);
-}
-
 struct Range {
   uint64_t begin, end;  // elements
 };
 
-// The op's generation in *gen; false when the communicator is already aborted
-// (a failed op leaves flags that a later op with the same generation must not
-// trust), and the op only completes. One thread per block reads the abort
-// word: it may live in host memory (a GPU communicator's segment), where a
-// read by every thread of every block costs milliseconds of PCIe round trips
-// (measured: 2.2 ms per op). Single-launch mode posts here: block 0 publishes
-// the index and the count of posted ops, as LaunchPost would.
-__device__ bool BeginOp(const DeviceRankArgs& a, uint64_t* gen_out) {
-  __shared__ uint64_t gen;
-  __shared__ int live;
-  if (threadIdx.x == 0) {
-    gen = (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
-    live = LoadAcquire(a.abort_word) == 0;
-    if (!live) RecordError(a, kDeviceAborted);
-    if (a.op_index == nullptr && blockIdx.x == 0) {
-      if (a.index_word != nullptr) *a.index_word = gen - 1;
-      // Words 0-2 of the entry were cleared when the op before completed
-      // (ClearNextTraceEntry): clearing them here would race with other
-      // blocks' atomicMax, which do not wait for this block.
-      if (a.trace != nullptr) TraceEntry(a.trace, gen)[3] = gen;
-      if (a.counter != nullptr) *a.counter = gen;  // LaunchPost would have taken index gen - 1
-    }
-  }
-  __syncthreads();
-  *gen_out = gen;
-  return live != 0;
-}
-
-// Op `gen` completes: clear words 0-2 of the next op's entry (an op of 64
-// ago), so a single-launch next op, which cannot clear its own, starts from
-// zeros: "not read yet", "not complete".
-__device__ void ClearNextTraceEntry(uint64_t* trace, uint64_t gen) {
-  uint64_t* next = TraceEntry(trace, gen + 1);
-  for (uint64_t w = 0; w < kTraceEntryWords - 1; ++w) next[w] = 0;
-}
-
-// Single-launch mode: the last block to finish completes the op, after every
-// block's writes (each fences before counting itself), whether it succeeded or
-// not: the verdict, the trace's completion, then done.
-__device__ void FinishOp(const DeviceRankArgs& a, uint64_t gen) {
-  if (a.op_index != nullptr) return;  // LaunchComplete publishes
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    // atomicInc wraps to 0 on the last block: the count is ready for the next
-    // op even if a wrongly ordered launch ever counted into this one.
-    if (atomicInc(a.finished, gridDim.x - 1) == gridDim.x - 1) {
-      __threadfence_system();
-      if (a.trace != nullptr) {
-        ClearNextTraceEntry(a.trace, gen);
-        uint64_t* e = TraceEntry(a.trace, gen);
-        e[2] = NowNs();
-        __threadfence();
-        StoreRelease(e, gen);
-      }
-      if (a.status_mirror != nullptr) {
-        *static_cast<volatile int32_t*>(a.status_mirror) = *static_cast<const volatile int32_t*>(a.error_word);
-      }
-      StoreRelease(a.done, gen);
-    }
-  }
-}
-
-// One rank's op around its data movement `data`: start barrier, data, end
-// barrier, and the completion, which every block reaches on every path.
-template <typename Data>
-__device__ void RunOp(const DeviceRankArgs& a, Data data) {
-  uint64_t gen = 0;
-  if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
-    data();
-    EndBarrier(a, gen);
-  }
-  FinishOp(a, gen);
-}
-
 // ---- kernels ---------------------------------------------------------------------
-
-__global__ void PostKernel(uint64_t* counter, uint64_t* op_index, uint64_t* posted_mirror, uint64_t* trace) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull);
-    *op_index = index;
-    if (trace != nullptr) {
-      uint64_t* e = TraceEntry(trace, index + 1);
-      for (uint64_t w = 0; w < kTraceEntryWords - 1; ++w) e[w] = 0;
-      e[3] = index + 1;  // whose entry this is: entries are reused every kTraceDepth ops
-    }
-    __threadfence_system();
-    if (posted_mirror != nullptr) StoreRelease(posted_mirror, index + 1);
-  }
-}
-
-__global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done, uint64_t* completed_mirror,
-                               const int32_t* error_word, int32_t* status_mirror, uint64_t* trace) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    __threadfence_system();
-    const uint64_t gen = *op_index + 1;
-    if (trace != nullptr) {
-      ClearNextTraceEntry(trace, gen);  // the next op may be a single launch
-      uint64_t* e = TraceEntry(trace, gen);
-      e[2] = NowNs();
-      __threadfence();
-      StoreRelease(e, gen);
-    }
-    // The verdict first, so a host that sees the new count also sees it.
-    if (status_mirror != nullptr) *static_cast<volatile int32_t*>(status_mirror) = *static_cast<const volatile int32_t*>(error_word);
-    StoreRelease(done, gen);
-    if (completed_mirror != nullptr) StoreRelease(completed_mirror, gen);
-  }
-}
-
-__global__ void WaitKernel(const uint64_t* op_index, const uint64_t* done, uint64_t* abort_word, int32_t* error_word,
-                           uint64_t timeout_ns) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    DeviceRankArgs a;
-    a.abort_word = abort_word;
-    a.error_word = error_word;
-    a.timeout_ns = timeout_ns;
-    SpinAtLeast(a, done, *op_index + 1);
-  }
-}
 
 __global__ void DelayKernel(uint64_t ns) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
@@ -364,30 +144,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(D
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedKernel(DeviceRankArgs a, bool vec) {
   ReduceRange<T, kOp>(a, Range{0, a.count}, 0, a.world - 1, vec);
-}
-
-__global__ void RingPostKernel(RingPostArgs r) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const uint64_t index = atomicAdd(reinterpret_cast<unsigned long long*>(r.counter), 1ull);
-  *r.op_index = index;
-  DeviceRankArgs a;
-  a.abort_word = r.abort_word;
-  a.error_word = r.error_word;
-  a.timeout_ns = r.timeout_ns;
-  // The slot is free once the daemon finished the op that used it last.
-  if (index >= r.depth && !SpinAtLeast(a, r.completed, index + 1 - r.depth)) return;
-  uint8_t* slot = r.ring + (index % r.depth) * r.slot_bytes;
-  volatile uint64_t* desc = reinterpret_cast<volatile uint64_t*>(slot + r.desc_offset);
-  for (uint32_t w = 0; w < r.desc_words; ++w) desc[w] = r.desc[w];
-  __threadfence_system();
-  StoreRelease(reinterpret_cast<uint64_t*>(slot), index + 1);
-  if (r.posted_mirror != nullptr) StoreRelease(r.posted_mirror, index + 1);
-}
-
-__global__ void PublishKernel(PublishArgs p) {
-  if (blockIdx.x != 0 || threadIdx.x >= p.n) return;
-  __threadfence_system();
-  StoreRelease(p.words[threadIdx.x], p.value);
 }
 
 // Element-size copy type for all-gather (a pure copy).
@@ -574,9 +330,7 @@ Status Preload(K kernel) {
 
 Status PreloadKernels() {
   COLLECTIVED_RETURN_IF_ERROR(PreloadReduceKernels());
-  COLLECTIVED_RETURN_IF_ERROR(Preload(PostKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(CompleteKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(WaitKernel));
+  COLLECTIVED_RETURN_IF_ERROR(ring::PreloadOpRingKernels());
   COLLECTIVED_RETURN_IF_ERROR(Preload(DelayKernel));
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint16_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint32_t>));
@@ -587,8 +341,6 @@ Status PreloadKernels() {
   COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint16_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint32_t>));
   COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint64_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(RingPostKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(PublishKernel));
   for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                       DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
@@ -603,33 +355,8 @@ Status PreloadKernels() {
   return Status::Ok();
 }
 
-Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror,
-                  uint64_t* trace) {
-  PostKernel<<<1, 32, 0, stream>>>(counter, op_index, posted_mirror, trace);
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
 Status LaunchDelay(uint64_t ns, gpuStream_t stream) {
   DelayKernel<<<1, 32, 0, stream>>>(ns);
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
-Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream, uint64_t* completed_mirror,
-                      const int32_t* error_word, int32_t* status_mirror, uint64_t* trace) {
-  if ((error_word == nullptr) != (status_mirror == nullptr)) {
-    return Status::InvalidArgument("a status mirror needs the error word, and the other way round");
-  }
-  CompleteKernel<<<1, 32, 0, stream>>>(op_index, done_word, completed_mirror, error_word, status_mirror, trace);
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
-Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
-                  uint64_t timeout_ns, gpuStream_t stream) {
-  if (timeout_ns == 0) return Status::InvalidArgument("a wait needs a timeout");
-  WaitKernel<<<1, 32, 0, stream>>>(op_index, done_word, abort_word, error_word, timeout_ns);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }
@@ -717,25 +444,6 @@ Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& a
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
   });
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
-Status LaunchRingPost(const RingPostArgs& args, gpuStream_t stream) {
-  if (args.counter == nullptr || args.op_index == nullptr || args.ring == nullptr || args.completed == nullptr ||
-      args.abort_word == nullptr || args.error_word == nullptr || args.depth == 0 || args.timeout_ns == 0 ||
-      args.desc_words > kRingDescriptorWords) {
-    return Status::InvalidArgument("ring post needs counter, index, ring, completed, abort/error words, a depth "
-                                   "and a timeout");
-  }
-  RingPostKernel<<<1, 32, 0, stream>>>(args);
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
-Status LaunchPublish(const PublishArgs& args, gpuStream_t stream) {
-  if (args.n == 0 || args.n > kMaxPublishWords) return Status::InvalidArgument("publish: 1..64 words");
-  PublishKernel<<<1, kMaxPublishWords, 0, stream>>>(args);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }

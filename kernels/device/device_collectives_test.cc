@@ -16,6 +16,11 @@
 namespace collectived::device {
 namespace {
 
+// The op protocol's launchers, beside the data kernels under test.
+using ring::LaunchComplete;
+using ring::LaunchPost;
+using ring::LaunchWait;
+
 using testing::VirtualRanks;
 
 bool HaveGpu() {

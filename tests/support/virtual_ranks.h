@@ -21,7 +21,7 @@ class VirtualRanks {
     world_ = world;
     timeout_ns_ = timeout_ns;
     COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-    const uint64_t words = device::kFlagWords + 8 * 64 + device::kDescriptorTableWords;
+    const uint64_t words = device::kFlagWords + 8 * 64 + ring::kDescriptorTableWords;
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
     streams_.resize(world);
@@ -93,9 +93,9 @@ class VirtualRanks {
   // kernel alone in single-launch mode).
   Status AllReduceOn(uint32_t r, DataType dt, ReduceOp op, device::DeviceAlgorithm algo, uint64_t count,
                      bool in_place, uint32_t blocks) {
-    if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
+    if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(counter(r), op_index(r), streams_[r]));
     COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllReduce(dt, op, algo, Args(r, count, in_place), blocks, streams_[r]));
-    if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+    if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(op_index(r), done(r), streams_[r]));
     return Status::Ok();
   }
   // Every rank's all-reduce, each on its own stream.
@@ -113,7 +113,7 @@ class VirtualRanks {
       for (uint32_t k = 0; k < world_; ++k) {
         a.inputs[k] = in_place ? static_cast<uint8_t*>(out_[k]) + k * count * DataTypeSize(dt) : in_[k];
       }
-      if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchPost(counter(r), op_index(r), streams_[r]));
+      if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(counter(r), op_index(r), streams_[r]));
       if (gather_pull_) {
         a.own_output_only = true;
         for (uint32_t k = 0; k < world_; ++k) {
@@ -122,7 +122,7 @@ class VirtualRanks {
       }
       COLLECTIVED_RETURN_IF_ERROR(device::LaunchAllGather(
           dt, a, blocks, streams_[r], gather_pull_ ? device::GatherAlgorithm::kPull : device::GatherAlgorithm::kPush));
-      if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(device::LaunchComplete(op_index(r), done(r), streams_[r]));
+      if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(op_index(r), done(r), streams_[r]));
     }
     return Status::Ok();
   }

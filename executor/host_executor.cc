@@ -1,4 +1,4 @@
-#include "kernels/host/host_executor.h"
+#include "executor/host_executor.h"
 
 #include <time.h>
 
@@ -9,6 +9,7 @@
 
 #include "kernels/host/reduce.h"
 #include "ring/matcher.h"
+#include "ring/op_codec.h"
 #include "ring/op_ring.h"
 #include "ring/wait.h"
 
@@ -18,20 +19,14 @@ namespace {
 using ring::CommSegment;
 using ring::OpDescriptor;
 
-constexpr unsigned kFlagShift = 8;  // flag = (index + 1) << 8 | local status code
-
-uint64_t FlagValue(uint64_t index, StatusCode code) {
-  return ((index + 1) << kFlagShift) | (static_cast<uint64_t>(code) & 0xff);
-}
-
 // Publishes this rank's flag for `phase` and waits for every rank's.
 Status Barrier(const CommSegment& seg, uint32_t rank, uint64_t index, ring::Phase phase, StatusCode local,
                const ring::WaitContext& ctx) {
-  ring::PublishWord(seg.control(rank).phase_flag[phase].value, FlagValue(index, local));
+  ring::PublishWord(seg.control(rank).phase_flag[phase].value, ring::EncodePhaseFlag(index, local));
   static const char* kNames[] = {"start barrier", "mid barrier", "end barrier"};
   for (uint32_t k = 0; k < seg.world_size(); ++k) {
     if (k == rank) continue;
-    Status s = ring::WaitAtLeast(seg.control(k).phase_flag[phase].value, index + 1, ctx, kNames[phase], kFlagShift);
+    Status s = ring::WaitAtLeast(seg.control(k).phase_flag[phase].value, index + 1, ctx, kNames[phase], ring::kPhaseFlagShift);
     if (!s.ok()) {
       return Status(s.code(), "rank " + std::to_string(rank) + ", op " + std::to_string(index) + ": rank " +
                                   std::to_string(k) + " did not reach the " + kNames[phase] + " (" + s.message() +
@@ -45,7 +40,7 @@ Status Barrier(const CommSegment& seg, uint32_t rank, uint64_t index, ring::Phas
 Status PeerVerdict(const CommSegment& seg, uint64_t index) {
   for (uint32_t k = 0; k < seg.world_size(); ++k) {
     const uint64_t flag = seg.control(k).phase_flag[ring::kPhaseStart].value.load(std::memory_order_acquire);
-    const auto code = static_cast<StatusCode>(flag & 0xff);
+    const StatusCode code = ring::PhaseFlagStatus(flag);
     if (code != StatusCode::kOk) {
       return Status(code, "rank " + std::to_string(k) + ": " + seg.slot(k, index).status_message);
     }

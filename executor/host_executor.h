@@ -15,8 +15,8 @@
 //   end       publish end flag; wait for every rank's end flag (no rank leaves
 //             while a peer may still read its slots, rule 2); complete.
 // Flags are 64-bit generations (index + 1) << 8 | status, one per phase.
-#ifndef COLLECTIVED_KERNELS_HOST_HOST_EXECUTOR_H_
-#define COLLECTIVED_KERNELS_HOST_HOST_EXECUTOR_H_
+#ifndef COLLECTIVED_EXECUTOR_HOST_EXECUTOR_H_
+#define COLLECTIVED_EXECUTOR_HOST_EXECUTOR_H_
 
 #include <atomic>
 #include <cstdint>
@@ -68,4 +68,4 @@ class RankExecutor {
 
 }  // namespace collectived::host
 
-#endif  // COLLECTIVED_KERNELS_HOST_HOST_EXECUTOR_H_
+#endif  // COLLECTIVED_EXECUTOR_HOST_EXECUTOR_H_

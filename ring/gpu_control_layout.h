@@ -1,7 +1,9 @@
-// Layout of a GPU communicator's device memory, shared by the daemon (which
-// allocates and zeroes it) and the client library (which maps it and points
-// the kernels at it). Like the host segment, every offset depends only on
-// values fixed when the communicator forms (rule 3).
+// The GPU half of the op protocol's shared memory: the layout of a GPU
+// communicator's control window and the words in it, shared by the daemon
+// (which allocates and zeroes it), the client library (which maps it) and the
+// kernels (which post, meet in barriers and complete through it). Like the
+// host segment (ring/segment_layout.h), every offset depends only on values
+// fixed when the communicator forms (docs/design.md, rule 3).
 //
 // Control window (one, on the first rank's device):
 //   barrier flags      kFlagWords words           [phase][rank][block]
@@ -10,20 +12,42 @@
 //   error word         first DeviceError of the communicator (sticky)
 //   abort word         nonzero: every spin gives up (kernels on a deadline or
 //                      mismatch; the daemon when a member leaves)
-// Nothing a client-executed kernel touches lives in host memory: device
-// reads and system-scope fences on host-mapped words cost far more than the
+//   op traces          kTraceDepth entries per rank
+// Nothing a client-executed kernel touches lives in host memory: device reads
+// and system-scope fences on host-mapped words cost far more than the
 // collective itself (measured: 150 us per op with the abort word there).
 // Rank window (one per rank, on that rank's device):
 //   input slot         slot_bytes: staged ops copy their input here
 //   symmetric heap     heap_bytes: Communicator::AllocBuffer; zero-copy ops
-#ifndef COLLECTIVED_KERNELS_DEVICE_GPU_COMM_LAYOUT_H_
-#define COLLECTIVED_KERNELS_DEVICE_GPU_COMM_LAYOUT_H_
+#ifndef COLLECTIVED_RING_GPU_CONTROL_LAYOUT_H_
+#define COLLECTIVED_RING_GPU_CONTROL_LAYOUT_H_
 
 #include <cstdint>
 
-#include "kernels/device/device_collectives.h"
+namespace collectived::ring {
 
-namespace collectived::device {
+constexpr uint32_t kMaxDeviceRanks = 16;  // ranks of one GPU communicator
+constexpr uint32_t kMaxBlocks = 128;      // blocks of one rank's kernel
+constexpr uint32_t kBarrierPhases = 2;    // start, end
+// Words of barrier flags a communicator needs.
+constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxDeviceRanks * kMaxBlocks;
+
+// Verdicts left in the error word (first one wins).
+enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2, kDeviceMismatch = 3 };
+
+// Words of one rank's op descriptor, compared by every peer after the start
+// barrier (the device-side matcher). Word 0 is the generation.
+constexpr uint32_t kDescriptorWords = 4;
+// Words of the descriptor table: kMaxDeviceRanks rows of kDescriptorWords.
+constexpr uint64_t kDescriptorTableWords = uint64_t{kMaxDeviceRanks} * kDescriptorWords;
+
+// Op trace, per rank, of the last kTraceDepth ops (entry index % depth), in
+// the GPU's own clock (globaltimer ns): word 0 = index + 1 once complete,
+// 1 = when the kernel's last block finished reading peers, 2 = when the op
+// completed (after any copy-out), 3 = index + 1 once posted. A stress harness
+// proves a race window open from it; comparable only between ranks of one GPU.
+constexpr uint64_t kTraceDepth = 64;
+constexpr uint64_t kTraceEntryWords = 4;
 
 constexpr uint64_t kRankWordsStride = 16;  // words: 128 bytes per rank
 constexpr uint64_t kHeapAlignment = 256;   // bytes: heap buffers and the slot keep 16-byte packs aligned
@@ -57,13 +81,8 @@ struct GpuControlLayout {
   }
 };
 
-// How a daemon-executed op's descriptor names a buffer (its buffer-id fields):
-// the rank's input slot, its heap at the descriptor's offset, or a registered
-// buffer (kGpuPlaceRegistered | buffer id << 8) at the offset.
-enum GpuBufferPlace : uint64_t { kGpuPlaceSlot = 1, kGpuPlaceHeap = 2, kGpuPlaceRegistered = 3 };
+inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+}  // namespace collectived::ring
 
-}  // namespace collectived::device
-
-#endif  // COLLECTIVED_KERNELS_DEVICE_GPU_COMM_LAYOUT_H_
+#endif  // COLLECTIVED_RING_GPU_CONTROL_LAYOUT_H_

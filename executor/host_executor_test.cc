@@ -1,6 +1,6 @@
-// Unit tests of the host backend's kernels: reductions for every dtype x op,
-// and the rank executor (prologue, one-shot, two-shot, gather, barriers,
-// failure paths) with ranks as threads over one segment.
+// Unit tests of the host backend's rank executor (prologue, one-shot,
+// two-shot, gather, barriers, failure paths) with ranks as threads over one
+// segment.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,8 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/host/half.h"
-#include "kernels/host/host_executor.h"
+#include "executor/host_executor.h"
 #include "kernels/host/reduce.h"
 #include "ring/matcher.h"
 #include "ring/op_ring.h"
@@ -23,62 +22,6 @@ namespace {
 constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                                   DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
-
-TEST(HalfTest, RoundTripsAndRoundsToNearestEven) {
-  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /* 2^-14 */, 5.9604645e-08f /* 2^-24 */}) {
-    EXPECT_EQ(HalfToFloat(FloatToHalf(f)), f) << f;
-    EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(f == 65504.0f ? 65536.0f : f)), f == 65504.0f ? 65536.0f : f);
-  }
-  EXPECT_EQ(FloatToHalf(65520.0f).bits, 0x7c00);  // overflows to inf
-  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048).bits, 0x3c00);  // tie -> even (down)
-  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048).bits, 0x3c02);  // tie -> even (up)
-  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
-  EXPECT_EQ(FloatToBFloat16(1.0f + 1.0f / 256).bits, 0x3f80);  // tie -> even
-  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
-}
-
-// Every dtype x op against the float64/integer reference, for several rank
-// counts, on exact inputs with a poisoned output.
-TEST(ReduceTest, EveryTypeAndOpMatchesReference) {
-  const uint64_t count = 3001;  // odd, spans several blocks
-  for (DataType dt : kAllTypes) {
-    for (ReduceOp op : kAllOps) {
-      if (!IsValidReduction(dt, op)) continue;
-      for (uint32_t n : {1u, 2u, 3u, 8u}) {
-        const size_t bytes = count * DataTypeSize(dt);
-        std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(bytes));
-        std::vector<const void*> ptrs;
-        for (uint32_t r = 0; r < n; ++r) {
-          testing::FillInput(dt, op, r, 11, in[r].data(), count);
-          ptrs.push_back(in[r].data());
-        }
-        std::vector<uint8_t> out(bytes);
-        testing::Poison(dt, out.data(), count);
-        ASSERT_GT(testing::CountWrongAllReduce(dt, op, n, 11, out.data(), count), 0u) << "poison must be wrong";
-        ReduceElements(dt, op, out.data(), ptrs.data(), n, 0, count);
-        EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, 11, out.data(), count), 0u)
-            << DataTypeName(dt) << " " << ReduceOpName(op) << " n=" << n;
-      }
-    }
-  }
-}
-
-TEST(ReduceTest, IntegerSumWraps) {
-  int32_t a[1] = {INT32_MAX}, b[1] = {1}, out[1];
-  const void* in[] = {a, b};
-  ReduceElements(DataType::kInt32, ReduceOp::kSum, out, in, 2, 0, 1);
-  EXPECT_EQ(out[0], INT32_MIN);
-}
-
-TEST(ReduceTest, OutputMayAliasAnInput) {
-  float a[3000], b[3000];
-  for (int i = 0; i < 3000; ++i) a[i] = i, b[i] = 2 * i;
-  const void* in[] = {a, b};
-  ReduceElements(DataType::kFloat32, ReduceOp::kSum, a, in, 2, 0, 3000);
-  for (int i = 0; i < 3000; ++i) ASSERT_EQ(a[i], 3 * i);
-}
-
-// ---- the executor, ranks as threads -----------------------------------------
 
 class LocalComm : public BufferResolver {
  public:

@@ -1,0 +1,206 @@
+// The op protocol on the GPU, device half (MSCCL++ style: the device API
+// beside its host half, ring/op_ring_gpu.h and ring/op_ring.h): system-scope
+// flags, bounded spins, the generation barrier with the device-side matcher,
+// an op's begin and finish, and the op envelope RunOp that every collective
+// kernel runs its data movement in. Header-only (no -rdc): include it from
+// .cu files.
+#ifndef COLLECTIVED_RING_OP_RING_DEVICE_CUH_
+#define COLLECTIVED_RING_OP_RING_DEVICE_CUH_
+
+#include <cstdint>
+
+#include "base/gpu/gpu_runtime.h"
+#include "ring/gpu_control_layout.h"
+#include "ring/op_ring_gpu.h"
+
+namespace collectived::ring {
+
+// ---- system-scope flags, timer ------------------------------------------------
+
+__device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
+__device__ __forceinline__ uint64_t LoadAcquire(const uint64_t* p) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+__device__ __forceinline__ uint64_t NowNs() {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  return __builtin_amdgcn_s_memrealtime() * 10;  // 100 MHz constant clock
+#else
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+
+__device__ inline void RecordError(const DeviceOpArgs& a, int32_t code) {
+  atomicCAS_system(a.error_word, 0, code);  // ranks on several GPUs share the word
+  if (code != kDeviceAborted) {
+    __threadfence_system();
+    StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator
+  }
+}
+
+// Spins until *word >= target; false (error recorded) on abort or deadline.
+__device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, uint64_t target) {
+  const uint64_t deadline = NowNs() + a.timeout_ns;
+  uint32_t spins = 0;
+  while (LoadAcquire(word) < target) {
+    if ((++spins & 255) == 0) {
+      if (LoadAcquire(a.abort_word) != 0) {
+        RecordError(a, kDeviceAborted);
+        return false;
+      }
+      if (NowNs() > deadline) {
+        RecordError(a, kDeviceDeadline);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Same-index blocks of every rank meet: thread t < world publishes (t == rank)
+// or waits for rank t's flag of this block and phase. Before it, every write of
+// this block is ordered (bar.sync, then a system fence by the publisher).
+__device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if (threadIdx.x < a.world) {
+    uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
+    const bool match = phase == 0 && a.descriptors != nullptr;
+    if (threadIdx.x == a.rank) {
+      if (match) {  // every block writes the same row, so whichever flag a peer sees covers it
+        uint64_t* mine = a.descriptors + a.rank * kDescriptorWords;
+        mine[0] = gen;
+        for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
+      }
+      __threadfence_system();
+      StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
+    } else if (!SpinAtLeast(a, row + threadIdx.x * kMaxBlocks + blockIdx.x, gen)) {
+      failed = 1;
+    } else if (match) {
+      // The row stays until this rank passed the end barrier: the peer writes
+      // its next op's row only after every block of every rank got there.
+      const volatile uint64_t* theirs = a.descriptors + threadIdx.x * kDescriptorWords;
+      bool same = theirs[0] == gen;
+      for (uint32_t w = 1; w < kDescriptorWords; ++w) same = same && theirs[w] == a.desc[w - 1];
+      if (!same) {
+        RecordError(a, kDeviceMismatch);
+        failed = 1;
+      }
+    }
+  }
+  __syncthreads();
+  return failed == 0;
+}
+
+// This rank's op trace entry for index `gen - 1`.
+__device__ inline uint64_t* TraceEntry(uint64_t* trace, uint64_t gen) {
+  return trace + ((gen - 1) % kTraceDepth) * kTraceEntryWords;
+}
+
+// The end barrier, unless the negative control skips it. Before it, each
+// block records when it finished reading (the trace keeps the latest).
+__device__ inline bool EndBarrier(const DeviceOpArgs& a, uint64_t gen) {
+  if (a.trace != nullptr) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      atomicMax(reinterpret_cast<unsigned long long*>(TraceEntry(a.trace, gen) + 1),
+                static_cast<unsigned long long>(NowNs()));
+    }
+  }
+  return a.unsafe_skip_end_barrier || Barrier(a, 1, gen);
+}
+
+// The op's generation in *gen; false when the communicator is already aborted
+// (a failed op leaves flags that a later op with the same generation must not
+// trust), and the op only completes. One thread per block reads the abort
+// word: it may live in host memory (a GPU communicator's segment), where a
+// read by every thread of every block costs milliseconds of PCIe round trips
+// (measured: 2.2 ms per op). Single-launch mode posts here: block 0 publishes
+// the index and the count of posted ops, as LaunchPost would.
+__device__ inline bool BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
+  __shared__ uint64_t gen;
+  __shared__ int live;
+  if (threadIdx.x == 0) {
+    gen = (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
+    live = LoadAcquire(a.abort_word) == 0;
+    if (!live) RecordError(a, kDeviceAborted);
+    if (a.op_index == nullptr && blockIdx.x == 0) {
+      if (a.index_word != nullptr) *a.index_word = gen - 1;
+      // Words 0-2 of the entry were cleared when the op before completed
+      // (ClearNextTraceEntry): clearing them here would race with other
+      // blocks' atomicMax, which do not wait for this block.
+      if (a.trace != nullptr) TraceEntry(a.trace, gen)[3] = gen;
+      if (a.counter != nullptr) *a.counter = gen;  // LaunchPost would have taken index gen - 1
+    }
+  }
+  __syncthreads();
+  *gen_out = gen;
+  return live != 0;
+}
+
+// Op `gen` completes: clear words 0-2 of the next op's entry (an op of 64
+// ago), so a single-launch next op, which cannot clear its own, starts from
+// zeros: "not read yet", "not complete".
+__device__ inline void ClearNextTraceEntry(uint64_t* trace, uint64_t gen) {
+  uint64_t* next = TraceEntry(trace, gen + 1);
+  for (uint64_t w = 0; w < kTraceEntryWords - 1; ++w) next[w] = 0;
+}
+
+// Single-launch mode: the last block to finish completes the op, after every
+// block's writes (each fences before counting itself), whether it succeeded or
+// not: the verdict, the trace's completion, then done.
+__device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen) {
+  if (a.op_index != nullptr) return;  // LaunchComplete publishes
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    // atomicInc wraps to 0 on the last block: the count is ready for the next
+    // op even if a wrongly ordered launch ever counted into this one.
+    if (atomicInc(a.finished, gridDim.x - 1) == gridDim.x - 1) {
+      __threadfence_system();
+      if (a.trace != nullptr) {
+        ClearNextTraceEntry(a.trace, gen);
+        uint64_t* e = TraceEntry(a.trace, gen);
+        e[2] = NowNs();
+        __threadfence();
+        StoreRelease(e, gen);
+      }
+      if (a.status_mirror != nullptr) {
+        *static_cast<volatile int32_t*>(a.status_mirror) = *static_cast<const volatile int32_t*>(a.error_word);
+      }
+      StoreRelease(a.done, gen);
+    }
+  }
+}
+
+// One rank's op around its data movement `data`: start barrier, data, end
+// barrier, and the completion, which every block reaches on every path.
+template <typename Data>
+__device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
+  uint64_t gen = 0;
+  if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
+    data();
+    EndBarrier(a, gen);
+  }
+  FinishOp(a, gen);
+}
+
+}  // namespace collectived::ring
+
+#endif  // COLLECTIVED_RING_OP_RING_DEVICE_CUH_

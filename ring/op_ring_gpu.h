@@ -1,0 +1,121 @@
+// The op protocol on the GPU (host-callable half; the device functions are in
+// ring/op_ring_device.cuh). Per op and rank, on the caller's stream:
+//
+//   LaunchPost      index = atomicAdd(counter, 1) on the device; writes it to
+//                   the rank's index word (graph replay takes a new index).
+//   [the collective kernel: gen = index + 1; start barrier; data; end barrier]
+//   LaunchComplete  done = gen, published with system-scope release, after the
+//                   whole kernel (stream order): completion covers all.
+//   LaunchWait      (any stream) spins until done >= gen, with a deadline.
+//
+// Single-launch mode folds post and complete into the collective kernel (see
+// DeviceOpArgs). Daemon-executed ops post into the host op ring instead
+// (LaunchRingPost) and the daemon publishes completion (LaunchPublish).
+// Every launch captures into CUDA graphs: no value chosen on the host is a
+// generation. Barrier flags are 64-bit words [phase][rank][block] written with
+// system-scope release and polled with system-scope acquire; every spin reads
+// the GPU timer and the abort word and gives up with a DeviceError.
+#ifndef COLLECTIVED_RING_OP_RING_GPU_H_
+#define COLLECTIVED_RING_OP_RING_GPU_H_
+
+#include <cstdint>
+
+#include "base/gpu/gpu_runtime.h"
+#include "collectived/status.h"
+#include "ring/gpu_control_layout.h"
+#include "ring/op_codec.h"
+
+namespace collectived::ring {
+
+// The protocol words one rank's collective kernel works with. Plain data,
+// passed by value to the kernel (the kernels' DeviceRankArgs extends it with
+// the buffers).
+struct DeviceOpArgs {
+  uint32_t rank = 0;
+  uint32_t world = 0;
+  uint64_t* flags = nullptr;  // kFlagWords words, zeroed once, shared by the ranks
+  // Post/complete mode: the rank's index word (LaunchPost writes it; LaunchComplete publishes done).
+  // Single-launch mode (op_index == nullptr): gen = *done + 1, and the kernel's last block to
+  // finish publishes *done = gen; `finished` counts finished blocks (zero between ops). Use it
+  // when nothing follows the kernel in the op (no epilogue) and waits are stream-ordered.
+  // A failed op (deadline, abort, mismatch) is completed all the same: done = gen, verdict in the
+  // error word, as LaunchComplete does in post/complete mode.
+  const uint64_t* op_index = nullptr;
+  uint64_t* done = nullptr;
+  uint32_t* finished = nullptr;
+  uint64_t* counter = nullptr;  // single-launch mode advances it too, so the modes mix on one rank
+  // Single-launch mode (optional): the op's index (gen - 1) is written here when the kernel
+  // starts, as LaunchPost writes it (LaunchWait reads it), and the error word is copied to
+  // `status_mirror` (host-mapped) before done, as LaunchComplete copies it.
+  uint64_t* index_word = nullptr;
+  int32_t* status_mirror = nullptr;
+  uint64_t* abort_word = nullptr;  // nonzero: every spin gives up
+  int32_t* error_word = nullptr;   // first DeviceError of this communicator
+  uint64_t timeout_ns = 0;         // per spin
+  // Device-side matcher (optional): before the start barrier each rank writes
+  // {gen, desc[0..2]} (PackDeviceDescriptor) to its row of `descriptors`; after
+  // it, every rank compares every peer's row with its own, and a difference
+  // fails the op on every rank (kDeviceMismatch) instead of reducing
+  // mismatched buffers.
+  uint64_t* descriptors = nullptr;
+  uint64_t desc[kDescriptorWords - 1] = {};
+  // Negative control for seed bug 2 (AITER): leave without the end barrier,
+  // so a fast rank's caller may reuse its input while a peer still reads it.
+  bool unsafe_skip_end_barrier = false;
+  // Optional: this rank's op trace (kTraceDepth entries).
+  uint64_t* trace = nullptr;
+};
+
+// `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
+// `trace` (optional): this rank's op trace; the post clears the op's entry.
+Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror = nullptr,
+                  uint64_t* trace = nullptr);
+// Optional host-mapped mirrors, written after done: `completed_mirror` = index
+// + 1 (the daemon's stats) and `status_mirror` = the error word (a host wait
+// reads the op's verdict without a device copy).
+// `trace` (optional): the op's entry gets its completion time and index + 1.
+Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t stream,
+                      uint64_t* completed_mirror = nullptr, const int32_t* error_word = nullptr,
+                      int32_t* status_mirror = nullptr, uint64_t* trace = nullptr);
+// Spins on `stream` until *done_word >= *op_index + 1, the abort word, or the deadline.
+Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
+                  uint64_t timeout_ns, gpuStream_t stream);
+
+// ---- daemon-executed ops: the client posts into the op ring, the daemon runs them ----
+
+// Where a rank's op ring lives (host memory registered with the GPU runtime)
+// and what the post writes there.
+struct RingPostArgs {
+  uint64_t* counter = nullptr;        // device: the rank's op counter
+  uint64_t* op_index = nullptr;       // device: the index this post took
+  uint64_t* posted_mirror = nullptr;  // host-mapped: index + 1, for stats
+  uint8_t* ring = nullptr;            // host-mapped: this rank's ring slots
+  uint32_t depth = 0;
+  RingSlotWords slot = {};            // RingSlotLayout()
+  uint64_t desc[kRingDescriptorWords] = {};  // PackOpDescriptor
+  const uint64_t* completed = nullptr;  // host-mapped: the daemon's count of this rank's finished ops
+  uint64_t* abort_word = nullptr;
+  int32_t* error_word = nullptr;
+  uint64_t timeout_ns = 0;
+};
+// index = atomicAdd(counter); waits (deadline, abort) until slot index % depth
+// is free (the daemon finished op index - depth); writes the descriptor; then
+// publishes ready_seq = index + 1. Stream order makes everything before it on
+// the stream (the input's copy-in) visible to the daemon first.
+Status LaunchRingPost(const RingPostArgs& args, gpuStream_t stream);
+// The daemon's side: *words[k] = value for k < n (system-scope release), after
+// the op's kernel on the daemon's stream.
+constexpr uint32_t kMaxPublishWords = 64;
+struct PublishArgs {
+  uint64_t* words[kMaxPublishWords] = {};
+  uint32_t n = 0;
+  uint64_t value = 0;
+};
+Status LaunchPublish(const PublishArgs& args, gpuStream_t stream);
+
+// Loads this file's kernels now (see kernels' PreloadKernels for why).
+Status PreloadOpRingKernels();
+
+}  // namespace collectived::ring
+
+#endif  // COLLECTIVED_RING_OP_RING_GPU_H_
