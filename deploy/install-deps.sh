@@ -8,6 +8,7 @@ packages=(
   libspdlog-dev libcli11-dev libgtest-dev
   libopenmpi-dev openmpi-bin libucx-dev libsystemd-dev
   hipcc libamdhip64-dev   # ROCm 5.2: compile check of the kernels for AMD (tests/hip_compile_check.sh)
+  python3-matplotlib      # for bench/plot.py (PNG plots of collective-bench output; bench/plot_test.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

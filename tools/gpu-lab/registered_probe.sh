@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call over a bundle (bench/make_gpu_bundle.sh): the kernel tests,
+# One device call over a bundle (tools/gpu-lab/make_gpu_bundle.sh): the kernel tests,
 # every GPU daemon test (registered buffers and legacy cudaIpc windows among them), then
 # throughput through the daemon, 16 MiB-1 GiB, with the buffers on the
 # symmetric heap (-z 1) next to each rank's own registered cuMem allocation

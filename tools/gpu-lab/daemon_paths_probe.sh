@@ -3,8 +3,8 @@
 # fused kernels against the copy-engine paths (--gpu-reduce-path and
 # --gpu-gather-path copy-engine): a checked sweep (every element compared),
 # then throughput, 2 ranks as sessions of one process and 8 as processes.
-#   bench/daemon_paths_probe.sh BIN [all_reduce|all_gather]   (default all_reduce)
-# Output: stdout and $OUT/daemon_paths_probe_KIND.txt. Succeeds bench/gather_paths_probe.sh.
+#   tools/gpu-lab/daemon_paths_probe.sh BIN [all_reduce|all_gather]   (default all_reduce)
+# Output: stdout and $OUT/daemon_paths_probe_KIND.txt. Succeeds gather_paths_probe.sh (deleted).
 set -u
 bin=$(cd "$1" && pwd)
 kind=${2:-all_reduce}

@@ -5,8 +5,8 @@
 # under MPS and without, for several CUDA_DEVICE_MAX_CONNECTIONS values; an op
 # that waits past the 5 s op timeout prints DEADLINE_EXCEEDED. (Since
 # 2dc4476 the client refuses such a rank up front, so a rerun shows the
-# FAILED_PRECONDITION instead; bench/RESULTS.md has the run before it.)
-#   bench/mps_connections_probe.sh BIN   (BIN holds collectived and collective-bench)
+# FAILED_PRECONDITION instead; docs/results-history.md has the run before it.)
+#   tools/gpu-lab/mps_connections_probe.sh BIN   (BIN holds collectived and collective-bench)
 set -u
 bin=$(cd "$1" && pwd)
 work=$(mktemp -d)

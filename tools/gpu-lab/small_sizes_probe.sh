@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the time of a 16-256 MiB op goes (the sizes below the 85 % target),
-# in one device call over a bundle (bench/make_gpu_bundle.sh): a lone copy's
+# in one device call over a bundle (tools/gpu-lab/make_gpu_bundle.sh): a lone copy's
 # share of the ceiling at each traffic size, then the in-process kernel with
 # one launch per op against post + collective + complete, eager against
 # graph-replayed, one-shot against two-shot, then the same ops through the

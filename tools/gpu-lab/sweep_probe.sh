@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The throughput table of issue 3 in one device call over a bundle
-# (bench/make_gpu_bundle.sh): all-reduce and all-gather through the daemon,
+# (tools/gpu-lab/make_gpu_bundle.sh): all-reduce and all-gather through the daemon,
 # client-executed, zero-copy on the symmetric heap, 2/4/8 ranks, 16 MiB-1 GiB,
 # graph-replayed (-G 5) and eager; 2-rank sweeps check every element. Then
 # the in-process kernel at one and two blocks per SM (-B; two is

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: collective-bench through collectived (client-executed
 # GPU communicators) next to the in-process baseline, in the same run.
-#   bench/gpu_daemon_bench.sh BIN [quick|latency]   (latency: only the latency rows, threads, no MPS)
+#   tools/gpu-lab/gpu_daemon_bench.sh BIN [quick|latency]   (latency: only the latency rows, threads, no MPS)
 # BIN holds collectived and collective-bench. Ranks as sessions of one process
 # share a CUDA context; ranks as MPI processes share the GPU through MPS, or
 # time-slice without it (both are measured). Output: stdout and
