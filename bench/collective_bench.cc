@@ -49,7 +49,7 @@ using bench::RankSet;
 
 namespace {
 
-constexpr double kCopyCeilingGBs = 4280.0;  // DESIGN.md section 4
+constexpr double kCopyCeilingGBs = 4280.0;  // docs/design.md section 4
 
 uint64_t ParseSize(const char* s) {
   char* end = nullptr;

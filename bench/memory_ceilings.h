@@ -1,6 +1,6 @@
 // The GPU's own memory ceilings, measured in the same run as the collectives
 // they bound: a device-to-device copy (read + write counted, the 4.28 TB/s
-// of DESIGN.md section 4) and a memset (writes only). All-gathers at many
+// of docs/design.md section 4) and a memset (writes only). All-gathers at many
 // ranks are mostly writes (n*S written per S read), so the memset figure is
 // the ceiling they approach, not the copy's.
 #ifndef COLLECTIVED_BENCH_MEMORY_CEILINGS_H_

@@ -1,6 +1,6 @@
 // Detects whether CUDA MPS serves this node: whether processes sharing a GPU
 // can run kernels at the same time (spinning kernels of ranks on one GPU need
-// that), or time-slice. Measured on the H200 (DESIGN.md section 4): a
+// that), or time-slice. Measured on the H200 (docs/design.md section 4): a
 // cross-process GPU handoff costs ~285 us without MPS and ~9 us with it.
 // MPS serves one uid per GPU at a time, so the daemon and its clients must
 // share a uid for daemon-executed GPU work.

@@ -13,7 +13,7 @@
 //                       gather every shard slot into own output.
 //             gather:   copy every input slot into own output.
 //   end       publish end flag; wait for every rank's end flag (no rank leaves
-//             while a peer may still read its slots, rule 2); complete.
+//             while a peer may still read its slots, docs/design.md rule 2); complete.
 // Flags are 64-bit generations (index + 1) << 8 | status, one per phase.
 #ifndef COLLECTIVED_EXECUTOR_HOST_EXECUTOR_H_
 #define COLLECTIVED_EXECUTOR_HOST_EXECUTOR_H_

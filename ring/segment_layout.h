@@ -3,7 +3,7 @@
 //
 // Every offset depends only on (world_size, ring_depth, max_message_bytes),
 // fixed when the communicator is created: a slot's position never depends on
-// the size of the message in it (DESIGN.md rule 3).
+// the size of the message in it (docs/design.md, rule 3).
 #ifndef COLLECTIVED_RING_SEGMENT_LAYOUT_H_
 #define COLLECTIVED_RING_SEGMENT_LAYOUT_H_
 
@@ -46,7 +46,7 @@ struct OpDescriptor {
   uint64_t recv_offset;  // bytes
 };
 
-// A 64-bit word alone on its cache line (one word per flag, rule 4).
+// A 64-bit word alone on its cache line (one word per flag, docs/design.md rule 4).
 struct alignas(kCacheLine) PaddedWord {
   std::atomic<uint64_t> value;
 };

@@ -1,4 +1,4 @@
-// Bounded waits on 64-bit words in shared memory (DESIGN.md rule 5).
+// Bounded waits on 64-bit words in shared memory (docs/design.md, rule 5).
 //
 // A waiter spins briefly, then sleeps on a futex (shared, not private: the
 // word lives in memory mapped by several processes) in short slices so it

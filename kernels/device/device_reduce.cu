@@ -10,14 +10,6 @@ namespace {
 
 constexpr uint32_t kThreads = 512;
 
-template <typename T, ReduceOp kOp>
-__global__ void ReduceKernel(T* __restrict__ out, const void* const* __restrict__ in, uint32_t n, uint64_t count) {
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count; j += stride) {
-    out[j] = ReduceOne<T, kOp>(in, n, j);
-  }
-}
-
 // Owner blockIdx.y reduces its `world` slots of the scratch.
 template <typename T, ReduceOp kOp>
 __global__ void ReduceSlotsKernel(ReduceSlotsArgs a) {
@@ -48,18 +40,6 @@ Status CheckReduction(DataType dtype, ReduceOp op) {
 
 }  // namespace
 
-Status LaunchReduce(DataType dtype, ReduceOp op, void* out, const void* const* in_ptrs, uint32_t n, uint64_t count,
-                    gpuStream_t stream, uint32_t max_blocks) {
-  COLLECTIVED_RETURN_IF_ERROR(CheckReduction(dtype, op));
-  if (n == 0 || max_blocks == 0) return Status::InvalidArgument("need at least one input and one block");
-  const uint32_t blocks = GridFor(count, max_blocks);
-  DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
-    ReduceKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(out), in_ptrs, n, count);
-  });
-  COLLECTIVED_GPU_CHECK(gpuGetLastError());
-  return Status::Ok();
-}
-
 Status LaunchReduceSlots(DataType dtype, ReduceOp op, const ReduceSlotsArgs& args, gpuStream_t stream,
                          uint32_t max_blocks) {
   COLLECTIVED_RETURN_IF_ERROR(CheckReduction(dtype, op));
@@ -89,7 +69,6 @@ Status PreloadReduceKernels() {
       if (!IsValidReduction(dt, op)) continue;
       COLLECTIVED_RETURN_IF_ERROR(DispatchReduction(dt, op, []<typename T, ReduceOp kOp>() -> Status {
         gpuFuncAttributes attr;
-        COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(ReduceKernel<T, kOp>)));
         COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(ReduceSlotsKernel<T, kOp>)));
         return Status::Ok();
       }));

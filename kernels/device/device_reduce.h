@@ -1,7 +1,7 @@
-// Element-wise reduction across ranks' buffers on the GPU: the arithmetic core
-// of the one-shot and two-shot kernels. Same contract as
-// host::ReduceElements (rank order, float accumulation for 16-bit types,
-// wrapping integers, avg = sum / n), so host and device give the same bits.
+// The copy-engine all-reduce's reduction step on the GPU. Same arithmetic
+// contract as host::ReduceElements and the collective kernels (reduce_ops.cuh:
+// rank order, float accumulation for 16-bit types, wrapping integers,
+// avg = sum / n), so host and device give the same bits.
 #ifndef COLLECTIVED_KERNELS_DEVICE_DEVICE_REDUCE_H_
 #define COLLECTIVED_KERNELS_DEVICE_DEVICE_REDUCE_H_
 
@@ -12,13 +12,6 @@
 #include "base/gpu/gpu_runtime.h"
 
 namespace collectived::device {
-
-// out[j] = in[0][j] op ... op in[n-1][j], j < count, on `stream`.
-// `in_ptrs` is a device array of n device pointers. At most `max_blocks` blocks.
-// INVALID_ARGUMENT for a dtype/op pair that is not allowed; INTERNAL (with
-// one log line) if the launch fails.
-Status LaunchReduce(DataType dtype, ReduceOp op, void* out, const void* const* in_ptrs, uint32_t n, uint64_t count,
-                    gpuStream_t stream, uint32_t max_blocks = 132);
 
 // The SM step of the copy-engine all-reduce: the copy engines have gathered,
 // for each owner r < world, part r of every rank's input into the `world`

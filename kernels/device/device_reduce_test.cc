@@ -21,14 +21,6 @@ bool HaveGpu() {
 #define REQUIRE_GPU() \
   if (!HaveGpu()) GTEST_SKIP() << "no GPU on this machine"
 
-TEST(DeviceReduceTest, RefusesBadArgumentsWithoutTouchingTheGpu) {
-  Status s = LaunchReduce(DataType::kInt32, ReduceOp::kAvg, nullptr, nullptr, 2, 1, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("not allowed on int32"), std::string::npos);
-  EXPECT_EQ(LaunchReduce(DataType::kFloat32, ReduceOp::kSum, nullptr, nullptr, 0, 1, nullptr).code(),
-            StatusCode::kInvalidArgument);
-}
-
 Status DeviceAlloc(void** p, size_t bytes) {
   COLLECTIVED_GPU_CHECK(gpuMalloc(p, bytes));
   return Status::Ok();
@@ -41,49 +33,6 @@ TEST(DeviceReduceTest, GpuErrorsBecomeStatuses) {
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_NE(s.message().find("gpuMalloc"), std::string::npos) << s.message();
   gpuGetLastError();  // clear the sticky-free error for later tests
-}
-
-// Every dtype x op, 2 and 8 ranks, exact inputs, poisoned output, bit-exact
-// against the same reference as the host backend.
-TEST(DeviceReduceTest, EveryTypeAndOpMatchesReference) {
-  REQUIRE_GPU();
-  const uint64_t count = 1000003;  // odd, more than one grid pass
-  const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-                            DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
-  gpuStream_t stream;
-  ASSERT_EQ(gpuStreamCreate(&stream), gpuSuccess);
-  for (DataType dt : types) {
-    for (ReduceOp op : ops) {
-      if (!IsValidReduction(dt, op)) continue;
-      for (uint32_t n : {2u, 8u}) {
-        const size_t bytes = count * DataTypeSize(dt);
-        std::vector<uint8_t> host(bytes);
-        std::vector<void*> dev(n);
-        for (uint32_t r = 0; r < n; ++r) {
-          ASSERT_EQ(gpuMalloc(&dev[r], bytes), gpuSuccess);
-          testing::FillInput(dt, op, r, 21, host.data(), count);
-          ASSERT_EQ(gpuMemcpy(dev[r], host.data(), bytes, gpuMemcpyHostToDevice), gpuSuccess);
-        }
-        void* out = nullptr;
-        void** ptrs = nullptr;
-        ASSERT_EQ(gpuMalloc(&out, bytes), gpuSuccess);
-        ASSERT_EQ(gpuMalloc(reinterpret_cast<void**>(&ptrs), n * sizeof(void*)), gpuSuccess);
-        ASSERT_EQ(gpuMemcpy(ptrs, dev.data(), n * sizeof(void*), gpuMemcpyHostToDevice), gpuSuccess);
-        testing::Poison(dt, host.data(), count);
-        ASSERT_EQ(gpuMemcpy(out, host.data(), bytes, gpuMemcpyHostToDevice), gpuSuccess);
-        ASSERT_TRUE(LaunchReduce(dt, op, out, ptrs, n, count, stream).ok());
-        ASSERT_EQ(gpuStreamSynchronize(stream), gpuSuccess);
-        ASSERT_EQ(gpuMemcpy(host.data(), out, bytes, gpuMemcpyDeviceToHost), gpuSuccess);
-        EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, 21, host.data(), count), 0u)
-            << DataTypeName(dt) << " " << ReduceOpName(op) << " n=" << n;
-        for (void* p : dev) gpuFree(p);
-        gpuFree(out);
-        gpuFree(ptrs);
-      }
-    }
-  }
-  gpuStreamDestroy(stream);
 }
 
 TEST(DeviceReduceTest, ReduceSlotsRefusesBadArguments) {
@@ -99,18 +48,23 @@ TEST(DeviceReduceTest, ReduceSlotsRefusesBadArguments) {
   Status s = LaunchReduceSlots(DataType::kFloat32, ReduceOp::kSum, a, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("exceeds the slot"), std::string::npos) << s.message();
-  EXPECT_EQ(LaunchReduceSlots(DataType::kInt32, ReduceOp::kAvg, a, nullptr).code(), StatusCode::kInvalidArgument);
+  s = LaunchReduceSlots(DataType::kInt32, ReduceOp::kAvg, a, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not allowed on int32"), std::string::npos) << s.message();
 }
 
 // The copy-engine all-reduce's SM step: 3 owners, slots filled with rank k's
 // exact inputs of the owner's part, the last owner's part shorter, and owner
-// 1 writing into its own first slot (the in-place case).
+// 1 writing into its own first slot (the in-place case). Every dtype x op,
+// bit-exact against the same reference as the host backend.
 TEST(DeviceReduceTest, ReduceSlotsMatchesReference) {
   REQUIRE_GPU();
   const uint32_t world = 3;
   const uint64_t count = 100003, chunk = (count + world - 1) / world;
-  for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kProd}) {
+  for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                      DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+      if (!IsValidReduction(dt, op)) continue;
       const size_t es = DataTypeSize(dt);
       // Rank k's whole input; owner r's slot k holds its part r.
       std::vector<std::vector<uint8_t>> inputs(world, std::vector<uint8_t>(count * es));
