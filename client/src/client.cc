@@ -5,6 +5,7 @@
 
 #include "client/src/client_impl.h"
 #include "client/src/communicator_impl.h"
+#include "client/src/gpu_queue_lease.h"
 #include "ipc/fd_channel.h"
 #include "proto/status_convert.h"
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "client/src/symmetric_heap.h"
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
 #include "kernels/device/device_collectives.h"
@@ -84,58 +85,6 @@ class StatusSlots {
   std::vector<void*> slabs_;
   std::vector<int32_t*> free_;
   std::vector<std::pair<int32_t*, gpuEvent_t>> retired_;
-};
-
-// First fit over [0, size), in kHeapAlignment units: ranks that allocate the
-// same sizes in the same order get the same offsets (symmetric buffers).
-class SymmetricHeap {
- public:
-  explicit SymmetricHeap(uint64_t size) {
-    if (size > 0) free_[0] = size;
-  }
-  Status Alloc(uint64_t bytes, uint64_t* offset) {
-    const uint64_t need = device::AlignUp(std::max<uint64_t>(bytes, 1), device::kHeapAlignment);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < need) continue;
-      *offset = it->first;
-      const uint64_t rest = it->second - need;
-      const uint64_t rest_at = it->first + need;
-      free_.erase(it);
-      if (rest > 0) free_[rest_at] = rest;
-      used_[*offset] = need;
-      return Status::Ok();
-    }
-    return Status::ResourceExhausted("symmetric heap has no free range of " + std::to_string(need) +
-                                     " bytes; raise CommunicatorOptions.gpu_heap_bytes");
-  }
-  Status Free(uint64_t offset) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = used_.find(offset);
-    if (it == used_.end()) return Status::NotFound("no heap buffer at offset " + std::to_string(offset));
-    uint64_t start = offset, len = it->second;
-    used_.erase(it);
-    auto next = free_.lower_bound(start);
-    if (next != free_.end() && next->first == start + len) {
-      len += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == start) {
-        start = prev->first;
-        len += prev->second;
-        free_.erase(prev);
-      }
-    }
-    free_[start] = len;
-    return Status::Ok();
-  }
-
- private:
-  std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> bytes
-  std::map<uint64_t, uint64_t> used_;
 };
 
 Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeout_ns) {
@@ -270,46 +219,6 @@ Status WaitRan(const GpuOpState& op, int64_t timeout_ms, const char* what_if_not
 }
 
 }  // namespace
-
-Status GpuDeviceUuid(int ordinal, std::string* uuid) { return ipc::GpuUuid(ordinal, uuid); }
-
-uint32_t GpuHardwareQueues(const char* env, bool mps) {
-  if (env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end == '\0' && v >= 1) return static_cast<uint32_t>(std::min(v, 32L));
-  }
-  return mps ? 2 : 8;
-}
-
-Status LeaseGpuRankQueue(int device, const std::string& key, std::shared_ptr<void>* lease) {
-  // Never destroyed: a communicator freed during static destruction still finds them.
-  static auto* mu = new std::mutex;
-  static auto* ranks_of = new std::map<std::pair<int, std::string>, uint32_t>;  // live ranks per (device, key)
-  int mps = 0;
-  COLLECTIVED_GPU_CHECK(gpuDeviceUsesMps(device, &mps));
-  const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const uint32_t queues = GpuHardwareQueues(env, mps != 0);
-  std::lock_guard<std::mutex> lock(*mu);
-  const auto slot = std::make_pair(device, key);
-  const uint32_t want = (*ranks_of)[slot] + 1;
-  if (want > queues) {
-    return Status::FailedPrecondition(
-        "this process would hold " + std::to_string(want) + " ranks of communicator '" + key + "' on device " +
-        std::to_string(device) + ", but its CUDA context has " + std::to_string(queues) + " hardware queues (" +
-        (env != nullptr && *env != '\0' ? std::string("CUDA_DEVICE_MAX_CONNECTIONS=") + env
-                                        : std::string(mps ? "an MPS client's default" : "CUDA's default")) +
-        "): ranks whose kernels share a queue run one after another and never meet. Set "
-        "CUDA_DEVICE_MAX_CONNECTIONS to at least " + std::to_string(want) +
-        " (at most 32) before the process first uses CUDA, or run one rank per process");
-  }
-  (*ranks_of)[slot] = want;
-  *lease = std::shared_ptr<void>(nullptr, [slot](void*) {
-    std::lock_guard<std::mutex> lock(*mu);
-    if (--(*ranks_of)[slot] == 0) ranks_of->erase(slot);
-  });
-  return Status::Ok();
-}
 
 // Callers' buffers every rank registered (RegisterBuffer): where each rank's
 // copy of a buffer lies in this process. Shared with the buffers' release.
@@ -724,7 +633,7 @@ Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::un
   // by the daemon so that ranks sharing a GPU are all resident at once.
   if (s.blocks == 0 || s.blocks > device::kMaxBlocks) return Status::Internal("daemon sent no valid block count");
   impl->blocks = s.blocks;
-  impl->heap = std::make_shared<SymmetricHeap>(s.heap_bytes);
+  impl->heap = std::make_shared<SymmetricHeap>(s.heap_bytes, device::kHeapAlignment);
   out->reset(new GpuCommunicator(std::move(impl)));
   return Status::Ok();
 }

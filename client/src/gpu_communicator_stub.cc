@@ -1,6 +1,7 @@
 // Stands in for gpu_communicator.cc when the library is built without the
 // CUDA toolkit: GPU communicators are refused with a clear reason.
 #include "client/src/gpu_communicator.h"
+#include "client/src/gpu_queue_lease.h"
 
 #include "collectived/client.h"
 

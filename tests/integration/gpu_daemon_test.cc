@@ -11,7 +11,7 @@
 #include <functional>
 #include <thread>
 
-#include "client/src/gpu_communicator.h"  // GpuHardwareQueues: a policy checked without a GPU
+#include "client/src/gpu_queue_lease.h"  // GpuHardwareQueues: a policy checked without a GPU
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "ipc/cumem_window.h"
 #include "base/gpu/gpu_check.h"
