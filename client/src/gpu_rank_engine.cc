@@ -161,10 +161,11 @@ Status GpuRankEngine::CheckPointer(const void* p, const char* what) const {
     gpuGetLastError();  // clear it: not sticky
     return Status::InvalidArgument(std::string(what) + " is not a pointer the GPU runtime knows");
   }
-  if (attr.type != gpuMemoryTypeDevice && attr.type != gpuMemoryTypeManaged) {
+  const auto type = gpuPointerMemoryType(attr);
+  if (type != gpuMemoryTypeDevice && type != gpuMemoryTypeManaged) {
     return Status::InvalidArgument(std::string(what) + " is not device memory");
   }
-  if (attr.type == gpuMemoryTypeDevice && attr.device != setup.device) {
+  if (type == gpuMemoryTypeDevice && attr.device != setup.device) {
     return Status::InvalidArgument(std::string(what) + " lives on device " + std::to_string(attr.device) +
                                    ", this rank's communicator is on device " + std::to_string(setup.device));
   }
