@@ -18,8 +18,6 @@
 
 namespace collectived {
 
-namespace v1 = ::collectived::v1;
-
 struct GpuCommSetup;  // client/src/gpu_communicator.h
 
 struct BufferState {
