@@ -1,5 +1,6 @@
-// Stands in for gpu_communicator.cc when the library is built without the
-// CUDA toolkit: GPU communicators are refused with a clear reason.
+// Stands in for the GPU communicator's CUDA sources (gpu_communicator.cc and
+// the parts it uses) when the library is built without the CUDA toolkit:
+// GPU communicators are refused with a clear reason.
 #include "client/src/gpu_communicator.h"
 #include "client/src/gpu_queue_lease.h"
 
