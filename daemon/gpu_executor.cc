@@ -47,7 +47,7 @@ void GpuExecutor::RemoveCallersBuffer(uint64_t buffer_id) {
 
 #ifdef COLLECTIVED_HAVE_CUDA
 
-static_assert(device::kMaxReduceOwners >= device::kMaxDeviceRanks, "the reduce-slots kernel serves every rank");
+static_assert(device::kMaxReduceOwners >= ring::kMaxDeviceRanks, "the reduce-slots kernel serves every rank");
 
 Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, const Paths& paths,
                           std::unique_ptr<GpuExecutor>* out) {

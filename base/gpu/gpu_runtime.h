@@ -85,11 +85,20 @@ inline hipError_t gpuDeviceUsesMps(int, int* mps) {
 #define gpuPointerGetAttributes hipPointerGetAttributes
 using gpuPointerAttributes = hipPointerAttribute_t;
 #define gpuMemoryTypeDevice hipMemoryTypeDevice
+#if HIP_VERSION_MAJOR >= 6
 #define gpuMemoryTypeManaged hipMemoryTypeManaged
+inline hipMemoryType gpuPointerMemoryType(const hipPointerAttribute_t& a) { return a.type; }
+#else  // ROCm 5: the field is memoryType, and managed memory is only flagged (isManaged)
+#define gpuMemoryTypeManaged hipMemoryTypeUnified
+inline hipMemoryType gpuPointerMemoryType(const hipPointerAttribute_t& a) {
+  return a.isManaged ? hipMemoryTypeUnified : a.memoryType;
+}
+#endif
 #define gpuHostRegisterMapped hipHostRegisterMapped
 #define gpuHostRegisterPortable hipHostRegisterPortable
-#define gpuHostAllocMapped hipHostAllocMapped
-#define gpuHostAllocPortable hipHostAllocPortable
+// gpuHostAlloc is hipHostMalloc, whose flags are named after it.
+#define gpuHostAllocMapped hipHostMallocMapped
+#define gpuHostAllocPortable hipHostMallocPortable
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -167,6 +176,8 @@ using gpuPointerAttributes = cudaPointerAttributes;
 inline cudaError_t gpuDeviceUsesMps(int device, int* mps) {
   return cudaDeviceGetAttribute(mps, cudaDevAttrMpsEnabled, device);
 }
+// A pointer's memory type: a function, as ROCm 5 names the field otherwise.
+inline cudaMemoryType gpuPointerMemoryType(const cudaPointerAttributes& a) { return a.type; }
 #endif
 
 #endif  // COLLECTIVED_BASE_GPU_GPU_RUNTIME_H_

@@ -18,7 +18,7 @@
 
 namespace collectived {
 
-namespace v1 = ::collectived::v1;
+struct GpuCommSetup;  // client/src/gpu_communicator.h
 
 struct BufferState {
   std::weak_ptr<ClientImpl> client;
@@ -63,6 +63,16 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   Status FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_ptr<ipc::ShmWindow>* out);
   // The fd of a window (the caller owns it) and the window's size.
   Status FetchFd(uint64_t window_id, int* fd, uint64_t* bytes);
+  // CreateCommunicator's GPU half (gpu_setup.cc). Before the join: a GPU
+  // rank's device UUID into `req`, and a hardware queue reserved for it; a
+  // rank refused here is announced to the daemon, which fails its peers now.
+  // Without a device, refuses gpu_heap_bytes.
+  Status PrepareGpuJoin(const CommunicatorOptions& options, v1::CreateCommunicatorRequest* req,
+                        std::shared_ptr<void>* queue_lease);
+  // After the join: what the rank's GPU communicator maps, and its calls to the daemon.
+  GpuCommSetup MakeGpuSetup(const CommunicatorOptions& options, const v1::CreateCommunicatorResponse& resp,
+                            const ring::CommSegment& seg, std::shared_ptr<ipc::ShmWindow> window,
+                            std::shared_ptr<void> queue_lease);
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -2,19 +2,17 @@
 
 #include "collectived/client.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <cstddef>
-#include <map>
+#include <cstdint>
+#include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
+#include <vector>
 
-#include "ipc/cumem_window.h"
-#include "ipc/legacy_ipc_window.h"
+#include "client/src/daemon_poster.h"
+#include "client/src/gpu_op.h"
+#include "client/src/gpu_rank_engine.h"
+#include "client/src/registered_buffers.h"
+#include "client/src/symmetric_heap.h"
 #include "kernels/device/device_collectives.h"
 #include "base/gpu/device_guard.h"
 #include "base/gpu/gpu_check.h"
@@ -26,151 +24,7 @@ namespace collectived {
 
 namespace {
 
-constexpr int32_t kSlotUnset = -1;  // a status slot the complete kernel has not written yet
-
 using gpu::DeviceGuard;
-
-// Host-mapped int32 words, one per op in flight: the complete kernel writes
-// the op's verdict into its handle's word. A word goes back to the pool only
-// when its handle is gone *and* its op finished, so no late write can land in
-// another op's word.
-class StatusSlots {
- public:
-  ~StatusSlots() {
-    for (auto& r : retired_) gpuEventDestroy(r.second);
-    for (void* slab : slabs_) gpuFreeHost(slab);
-  }
-  Status Take(int32_t** host, int32_t** device) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Reclaim();
-    if (free_.empty()) {
-      void* slab = nullptr;
-      COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(int32_t), gpuHostAllocMapped | gpuHostAllocPortable));
-      slabs_.push_back(slab);
-      for (uint32_t i = 0; i < kSlab; ++i) free_.push_back(static_cast<int32_t*>(slab) + i);
-    }
-    int32_t* slot = free_.back();
-    free_.pop_back();
-    *reinterpret_cast<volatile int32_t*>(slot) = kSlotUnset;
-    void* dev = nullptr;
-    COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, slot, 0));
-    *host = slot;
-    *device = static_cast<int32_t*>(dev);
-    return Status::Ok();
-  }
-  // `event` (may be null) marks when the device is done with the slot.
-  void Give(int32_t* slot, gpuEvent_t event) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (event == nullptr || gpuEventQuery(event) == gpuSuccess) {
-      free_.push_back(slot);
-      if (event != nullptr) gpuEventDestroy(event);
-    } else {
-      retired_.push_back({slot, event});
-    }
-  }
-
- private:
-  static constexpr uint32_t kSlab = 1024;
-  void Reclaim() {
-    for (auto it = retired_.begin(); it != retired_.end();) {
-      if (gpuEventQuery(it->second) == gpuErrorNotReady) {
-        ++it;
-        continue;
-      }
-      gpuEventDestroy(it->second);
-      free_.push_back(it->first);
-      it = retired_.erase(it);
-    }
-  }
-  std::mutex mu_;
-  std::vector<void*> slabs_;
-  std::vector<int32_t*> free_;
-  std::vector<std::pair<int32_t*, gpuEvent_t>> retired_;
-};
-
-// First fit over [0, size), in kHeapAlignment units: ranks that allocate the
-// same sizes in the same order get the same offsets (symmetric buffers).
-class SymmetricHeap {
- public:
-  explicit SymmetricHeap(uint64_t size) {
-    if (size > 0) free_[0] = size;
-  }
-  Status Alloc(uint64_t bytes, uint64_t* offset) {
-    const uint64_t need = ring::AlignUp(std::max<uint64_t>(bytes, 1), ring::kHeapAlignment);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second < need) continue;
-      *offset = it->first;
-      const uint64_t rest = it->second - need;
-      const uint64_t rest_at = it->first + need;
-      free_.erase(it);
-      if (rest > 0) free_[rest_at] = rest;
-      used_[*offset] = need;
-      return Status::Ok();
-    }
-    return Status::ResourceExhausted("symmetric heap has no free range of " + std::to_string(need) +
-                                     " bytes; raise CommunicatorOptions.gpu_heap_bytes");
-  }
-  Status Free(uint64_t offset) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = used_.find(offset);
-    if (it == used_.end()) return Status::NotFound("no heap buffer at offset " + std::to_string(offset));
-    uint64_t start = offset, len = it->second;
-    used_.erase(it);
-    auto next = free_.lower_bound(start);
-    if (next != free_.end() && next->first == start + len) {
-      len += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == start) {
-        start = prev->first;
-        len += prev->second;
-        free_.erase(prev);
-      }
-    }
-    free_[start] = len;
-    return Status::Ok();
-  }
-
- private:
-  std::mutex mu_;
-  std::map<uint64_t, uint64_t> free_;  // offset -> bytes
-  std::map<uint64_t, uint64_t> used_;
-};
-
-Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeout_ns) {
-  switch (code) {
-    case device::kDeviceOk:
-      return Status::Ok();
-    case device::kDeviceDeadline:
-      return Status::DeadlineExceeded("a GPU collective waited longer than the op timeout (" +
-                                      std::to_string(timeout_ns / 1000000) +
-                                      " ms) for a peer; the communicator is aborted");
-    case device::kDeviceMismatch:
-      return Status::InvalidArgument(
-          "ranks posted different ops at the same index (kind, type, op, count or heap offsets differ, or a "
-          "rank is an op ahead; the device-side matcher refused it); the communicator is aborted");
-    case device::kDeviceAborted: {
-      Status abort = seg.AbortStatus();
-      if (!abort.ok()) return abort;
-      return Status::Aborted("communicator aborted: an op failed on another rank");
-    }
-    case kSlotUnset:
-      return Status::Internal("the op's completion did not record a verdict");
-    default:
-      return Status::Internal("unknown device error " + std::to_string(code));
-  }
-}
-
-// A device-to-device copy enqueued later on `stream` (the staged ops' copy-in and copy-out).
-std::function<Status()> CopyLater(void* dst, const void* src, uint64_t bytes, gpuStream_t stream) {
-  return [=] {
-    COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToDevice, stream));
-    return Status::Ok();
-  };
-}
 
 // Kernels load whole elements: a buffer not aligned to its element size would fault.
 Status CheckElementAlignment(const void* send, const void* recv, size_t es) {
@@ -181,449 +35,25 @@ Status CheckElementAlignment(const void* send, const void* recv, size_t es) {
   return Status::Ok();
 }
 
-}  // namespace
-
-struct GpuOpState {
-  int device = 0;
-  gpuEvent_t event = nullptr;
-  bool captured = false;
-  int32_t* status_slot = nullptr;  // host view; null for captured ops
-  std::shared_ptr<StatusSlots> slots;
-  ring::CommSegment seg;
-  std::shared_ptr<void> seg_keep;
-  uint64_t timeout_ns = 0;
-
-  ~GpuOpState() {
-    if (status_slot != nullptr) {
-      slots->Give(status_slot, event);  // takes the event
-    } else if (event != nullptr) {
-      gpuEventDestroy(event);
-    }
-  }
-  Status Verdict() const {
-    if (captured) return Status::Ok();
-    const int32_t code = *reinterpret_cast<volatile const int32_t*>(status_slot);
-    return VerdictStatus(code, seg, timeout_ns);
-  }
-};
-
-namespace {
-
-// Polls until `event` fired: OK then; a runtime error, or DEADLINE_EXCEEDED
-// with `what_if_not` after `timeout_ms`.
-Status WaitFired(gpuEvent_t event, int64_t timeout_ms, const std::string& what_if_not) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (uint32_t polls = 0;; ++polls) {
-    const gpuError_t e = gpuEventQuery(event);
-    if (e == gpuSuccess) return Status::Ok();
-    if (e != gpuErrorNotReady) return gpu::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
-    if (std::chrono::steady_clock::now() >= deadline) return Status::DeadlineExceeded(what_if_not);
-    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+// The descriptor every peer compares: kind, type, op, algorithm, count and,
+// for zero-copy ops, where send and recv lie (GpuRankEngine::Symmetric's tags: peers
+// address each other's buffers by them).
+void Describe(device::DeviceRankArgs* a, CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algo,
+              bool zero_copy, uint64_t send_tag, uint64_t recv_tag) {
+  ring::PackDeviceDescriptor(kind, dtype, op, algo, a->count, zero_copy, send_tag, recv_tag, a->desc);
 }
 
 }  // namespace
 
-Status GpuOpWait(const GpuOpState& op, int64_t timeout_ms) {
-  if (op.captured) {
-    return Status::FailedPrecondition(
-        "this op was captured into a graph: wait for it with Handle::WaitOn(stream) inside the capture, or "
-        "synchronize the stream that launches the graph");
-  }
-  COLLECTIVED_RETURN_IF_ERROR(
-      WaitFired(op.event, timeout_ms, "op not complete after " + std::to_string(timeout_ms) + " ms"));
-  return op.Verdict();
-}
+GpuCommunicator::GpuCommunicator(std::unique_ptr<GpuRankEngine> engine, std::unique_ptr<DaemonPoster> daemon)
+    : engine_(std::move(engine)), daemon_(std::move(daemon)) {}
 
-bool GpuOpTest(const GpuOpState& op, Status* status) {
-  if (op.captured) {
-    if (status) *status = GpuOpWait(op, 0);
-    return true;
-  }
-  const gpuError_t e = gpuEventQuery(op.event);
-  if (e == gpuErrorNotReady) return false;
-  if (status) *status = e == gpuSuccess ? op.Verdict() : gpu::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
-  return true;
-}
+GpuCommunicator::~GpuCommunicator() = default;  // the poster unregisters the segment, then the engine unmaps
 
-Status GpuOpWaitOn(const GpuOpState& op, void* stream) {
-  // The event follows the complete kernel on the op's stream, so a stream
-  // that waits for it sees the whole op, copy-out included (rule 1).
-  COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(static_cast<gpuStream_t>(stream), op.event, 0));
-  return Status::Ok();
-}
-
-namespace {
-
-// One rank's eager ops run in enqueue order, even across streams: each waits
-// for the one before it, so the last one's event covers them all.
-// Enqueue holds `mu` from the wait on `last` to setting it, so two threads
-// enqueueing for one rank cannot both chain onto the same op.
-struct OpOrder {
-  std::mutex mu;
-  std::shared_ptr<GpuOpState> last;  // the last eager op, on any stream
-  bool closed = false;               // Quiesce ran: no more ops
-};
-
-// Waits until `op`'s event fired: the op ran, whatever its verdict. A
-// runtime error is not "ran" (the caller must not free what the op uses).
-Status WaitRan(const GpuOpState& op, int64_t timeout_ms, const char* what_if_not) {
-  return WaitFired(op.event, timeout_ms, what_if_not);
-}
-
-}  // namespace
-
-Status GpuDeviceUuid(int ordinal, std::string* uuid) { return ipc::GpuUuid(ordinal, uuid); }
-
-uint32_t GpuHardwareQueues(const char* env, bool mps) {
-  if (env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end == '\0' && v >= 1) return static_cast<uint32_t>(std::min(v, 32L));
-  }
-  return mps ? 2 : 8;
-}
-
-Status LeaseGpuRankQueue(int device, const std::string& key, std::shared_ptr<void>* lease) {
-  // Never destroyed: a communicator freed during static destruction still finds them.
-  static auto* mu = new std::mutex;
-  static auto* ranks_of = new std::map<std::pair<int, std::string>, uint32_t>;  // live ranks per (device, key)
-  int mps = 0;
-  COLLECTIVED_GPU_CHECK(gpuDeviceUsesMps(device, &mps));
-  const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const uint32_t queues = GpuHardwareQueues(env, mps != 0);
-  std::lock_guard<std::mutex> lock(*mu);
-  const auto slot = std::make_pair(device, key);
-  const uint32_t want = (*ranks_of)[slot] + 1;
-  if (want > queues) {
-    return Status::FailedPrecondition(
-        "this process would hold " + std::to_string(want) + " ranks of communicator '" + key + "' on device " +
-        std::to_string(device) + ", but its CUDA context has " + std::to_string(queues) + " hardware queues (" +
-        (env != nullptr && *env != '\0' ? std::string("CUDA_DEVICE_MAX_CONNECTIONS=") + env
-                                        : std::string(mps ? "an MPS client's default" : "CUDA's default")) +
-        "): ranks whose kernels share a queue run one after another and never meet. Set "
-        "CUDA_DEVICE_MAX_CONNECTIONS to at least " + std::to_string(want) +
-        " (at most 32) before the process first uses CUDA, or run one rank per process");
-  }
-  (*ranks_of)[slot] = want;
-  *lease = std::shared_ptr<void>(nullptr, [slot](void*) {
-    std::lock_guard<std::mutex> lock(*mu);
-    if (--(*ranks_of)[slot] == 0) ranks_of->erase(slot);
-  });
-  return Status::Ok();
-}
-
-// Callers' buffers every rank registered (RegisterBuffer): where each rank's
-// copy of a buffer lies in this process. Shared with the buffers' release.
-struct RegisteredBuffers {
-  struct Entry {
-    uint64_t id = 0;
-    uint64_t bytes = 0;
-    std::vector<uint8_t*> at;  // per rank: the buffer's address here
-    std::vector<std::shared_ptr<ipc::CuMemWindow>> peers;  // peers' allocations, mapped here
-  };
-  std::mutex mu;
-  std::map<uintptr_t, Entry> by_address;  // this rank's buffer address ->
-};
-
-// Waits until every op `order` saw enqueued so far ran (a buffer's Free, like cudaFree).
-Status WaitForEnqueued(const std::shared_ptr<OpOrder>& order, int device, int64_t timeout_ms, const char* what) {
-  std::shared_ptr<GpuOpState> last;
-  {
-    std::lock_guard<std::mutex> lock(order->mu);
-    last = order->last;
-  }
-  if (!last) return Status::Ok();
-  DeviceGuard guard(device);
-  return WaitRan(*last, timeout_ms, what);
-}
-
-struct GpuCommunicator::Impl {
-  ~Impl() {
-    if (registered != nullptr) {
-      DeviceGuard guard(setup.device);
-      gpuHostUnregister(registered);
-    }
-  }
-  GpuCommSetup setup;
-  std::unique_ptr<ipc::GpuWindow> control;
-  std::vector<std::shared_ptr<ipc::GpuWindow>> ranks;  // shared: heap buffers keep theirs mapped
-  void* registered = nullptr;  // the segment's control page, registered with CUDA
-  // Daemon-executed only: device views of the segment's words.
-  uint64_t* posted_mirror = nullptr;
-  uint64_t* completed_mirror = nullptr;
-  uint64_t* abort_word = nullptr;  // in the control window (device memory)
-  uint8_t* ring = nullptr;  // device view of this rank's op ring (daemon-executed)
-  uint32_t blocks = 1;
-  std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
-  std::shared_ptr<SymmetricHeap> heap;
-  // Shared with the heap buffers' release, which may outlive this.
-  std::shared_ptr<OpOrder> order = std::make_shared<OpOrder>();
-  std::shared_ptr<RegisteredBuffers> registrations = std::make_shared<RegisteredBuffers>();
-  FetchFd fetch;
-
-  uint32_t world() const { return setup.seg.world_size(); }
-  uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }
-  // Rank r's staging area for a client-executed message of `bytes`: its own
-  // fixed slot. The negative control --unsafe-size-dependent-slots packs every
-  // rank's area into rank 0's slot by the message size, against its end (rank
-  // r at end - (world - r) * bytes, when they fit), as mori's size-dependent
-  // layout did: an area's address then depends on the message size, and a
-  // rank's next copy-in can land on a peer's result that the peer is still
-  // copying out (a small op of a low rank lands inside a high rank's area).
-  uint8_t* staging(uint32_t r, uint64_t bytes) const {
-    if ((setup.seg.header().unsafe_flags & ring::kUnsafeSizeDependentSlots) != 0) {
-      const uint64_t stride = (bytes + 15) / 16 * 16;
-      if (stride * world() <= setup.slot_bytes) return slot(0) + setup.slot_bytes - (world() - r) * stride;
-    }
-    return slot(r);
-  }
-  uint8_t* heap_base(uint32_t r) const { return slot(r) + setup.slot_bytes; }
-  // Offset of [p, p + bytes) in this rank's heap, if it lies there.
-  bool InHeap(const void* p, uint64_t bytes, uint64_t* offset) const {
-    const auto base = reinterpret_cast<uintptr_t>(heap_base(setup.rank));
-    const auto x = reinterpret_cast<uintptr_t>(p);
-    if (x < base || x - base > setup.heap_bytes || bytes > setup.heap_bytes - (x - base)) return false;
-    *offset = x - base;
-    return true;
-  }
-
-  // Whether [p, p + bytes) lies in a registered buffer: its id, the offset
-  // in it, and (optional) every rank's address of the range.
-  bool InRegistered(const void* p, uint64_t bytes, uint64_t* id, uint64_t* offset,
-                    const void** at = nullptr) const {
-    const auto x = reinterpret_cast<uintptr_t>(p);
-    std::lock_guard<std::mutex> lock(registrations->mu);
-    auto it = registrations->by_address.upper_bound(x);
-    if (it == registrations->by_address.begin()) return false;
-    --it;
-    const RegisteredBuffers::Entry& e = it->second;
-    if (x - it->first > e.bytes || bytes > e.bytes - (x - it->first)) return false;
-    *id = e.id;
-    *offset = x - it->first;
-    if (at != nullptr) {
-      for (uint32_t k = 0; k < world(); ++k) at[k] = e.at[k] + *offset;
-    }
-    return true;
-  }
-
-  // Whether [p, p + bytes) lies in a buffer every rank has at the same
-  // offsets (the heap, or a registered buffer), and then every rank's address
-  // of it and the tag peers compare (the offset, mixed with the buffer id).
-  bool Symmetric(const void* p, uint64_t bytes, uint64_t* tag, const void* (&at)[device::kMaxDeviceRanks]) const {
-    uint64_t off = 0, id = 0;
-    if (InHeap(p, bytes, &off)) {
-      for (uint32_t k = 0; k < world(); ++k) at[k] = heap_base(k) + off;
-      *tag = off;
-      return true;
-    }
-    if (!InRegistered(p, bytes, &id, &off, at)) return false;
-    *tag = off ^ (id * 0xC2B2AE3D27D4EB4Full);
-    return true;
-  }
-
-  // Whether [p, p + bytes) shares a byte with the heap or a registered buffer.
-  bool Overlaps(const void* p, uint64_t bytes) const {
-    const auto x = reinterpret_cast<uintptr_t>(p);
-    auto overlap = [&](uintptr_t base, uint64_t len) { return x < base + len && base < x + bytes; };
-    if (overlap(reinterpret_cast<uintptr_t>(heap_base(setup.rank)), setup.heap_bytes)) return true;
-    std::lock_guard<std::mutex> lock(registrations->mu);
-    for (const auto& [base, e] : registrations->by_address) {
-      if (overlap(base, e.bytes)) return true;
-    }
-    return false;
-  }
-
-  device::DeviceRankArgs BaseArgs(uint64_t count) const {
-    device::DeviceRankArgs a;
-    void* c = control->device_ptr();
-    a.rank = setup.rank;
-    a.world = world();
-    a.count = count;
-    a.flags = ring::GpuControlLayout::Flags(c);
-    a.op_index = ring::GpuControlLayout::OpIndex(c, setup.rank);
-    a.done = ring::GpuControlLayout::Done(c, setup.rank);
-    a.finished = ring::GpuControlLayout::Finished(c, setup.rank);
-    a.counter = ring::GpuControlLayout::Counter(c, setup.rank);
-    a.abort_word = abort_word;
-    a.error_word = ring::GpuControlLayout::Error(c);
-    a.timeout_ns = setup.seg.header().op_timeout_ns;
-    a.descriptors = ring::GpuControlLayout::Descriptors(c);
-    a.trace = ring::GpuControlLayout::Trace(c, setup.rank);
-    // Debug hook and negative control (daemon flags, in the segment header).
-    const ring::CommHeader& h = setup.seg.header();
-    if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
-    a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
-    return a;
-  }
-
-  // A staged client-executed op: its `bytes` of input fit the slot, and send
-  // and recv are device memory of this rank's device. `what` names the bytes
-  // in the message; `hint` says which buffers AllocBuffer would make zero-copy.
-  Status CheckStaged(const void* send, const void* recv, uint64_t bytes, const char* what, const char* hint) const {
-    if (bytes > setup.slot_bytes) {
-      return Status::InvalidArgument(std::string(what) + " of " + std::to_string(bytes) +
-                                     " bytes exceeds the staging slot of " + std::to_string(setup.slot_bytes) +
-                                     " bytes (max_message_bytes); allocate " + hint +
-                                     " with Communicator::AllocBuffer to run it zero-copy");
-    }
-    COLLECTIVED_RETURN_IF_ERROR(CheckPointer(send, "send"));
-    return CheckPointer(recv, "recv");
-  }
-
-  Status CheckPointer(const void* p, const char* what) const {
-    if (p == nullptr) return Status::InvalidArgument(std::string(what) + " is null");
-    gpuPointerAttributes attr{};
-    if (gpuPointerGetAttributes(&attr, p) != gpuSuccess) {
-      gpuGetLastError();  // clear it: not sticky
-      return Status::InvalidArgument(std::string(what) + " is not a pointer the GPU runtime knows");
-    }
-    if (attr.type != gpuMemoryTypeDevice && attr.type != gpuMemoryTypeManaged) {
-      return Status::InvalidArgument(std::string(what) + " is not device memory");
-    }
-    if (attr.type == gpuMemoryTypeDevice && attr.device != setup.device) {
-      return Status::InvalidArgument(std::string(what) + " lives on device " + std::to_string(attr.device) +
-                                     ", this rank's communicator is on device " + std::to_string(setup.device));
-    }
-    return Status::Ok();
-  }
-
-  // Daemon-executed: the descriptor into the ring (after the copy-in), then a
-  // wait on the daemon's completion word.
-  Status PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream_t stream) {
-    void* c = control->device_ptr();
-    ring::RingPostArgs p;
-    p.counter = ring::GpuControlLayout::Counter(c, setup.rank);
-    p.op_index = ring::GpuControlLayout::OpIndex(c, setup.rank);
-    p.posted_mirror = posted_mirror;
-    p.ring = ring;
-    p.depth = setup.seg.ring_depth();
-    p.slot = ring::RingSlotLayout();
-    ring::PackOpDescriptor(d, p.desc);
-    p.completed = completed_mirror;
-    p.abort_word = abort_word;
-    p.error_word = ring::GpuControlLayout::Error(c);
-    p.timeout_ns = setup.seg.header().op_timeout_ns;
-    COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
-    return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
-  }
-
-  // How an op's kernel is completed (see Enqueue).
-  struct KernelCompletion {
-    bool in_kernel = false;  // single-launch: the kernel posts and completes the op itself
-    uint64_t* index_word = nullptr;
-    int32_t* status_mirror = nullptr;
-    // The launcher's arguments for this completion.
-    void ApplyTo(device::DeviceRankArgs* a) const {
-      if (!in_kernel) return;
-      a->op_index = nullptr;
-      a->index_word = index_word;
-      a->status_mirror = status_mirror;
-    }
-  };
-
-  struct Plan {  // what a captured op tells the daemon
-    CollectiveKind kind;
-    DataType dtype;
-    ReduceOp op;
-    uint64_t count;
-  };
-
-  // Runs post, [copy-in], kernel, [copy-out], complete, event on `stream`.
-  // A client-executed op with nothing before or after its kernel (zero-copy)
-  // is one launch: the kernel posts and completes itself (single-launch mode
-  // of device_collectives.h), two launches fewer per op. `kernel` is told which.
-  Status Enqueue(gpuStream_t stream, const Plan& plan, const std::function<Status()>& copy_in,
-                 const std::function<Status(const KernelCompletion&)>& kernel,
-                 const std::function<Status()>& copy_out, std::shared_ptr<GpuOpState>* out) {
-    gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
-    COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
-    // A captured op's plan goes to the daemon now, before anything is
-    // enqueued: its replays post from the device with no RPC.
-    if (capture != gpuStreamCaptureStatusNone && setup.register_plan) {
-      COLLECTIVED_RETURN_IF_ERROR(setup.register_plan(plan.kind, plan.dtype, plan.op, plan.count));
-    }
-    auto op = std::make_shared<GpuOpState>();
-    op->device = setup.device;
-    op->captured = capture != gpuStreamCaptureStatusNone;
-    op->seg = setup.seg;
-    op->seg_keep = setup.seg_keep;
-    op->timeout_ns = setup.seg.header().op_timeout_ns;
-    op->slots = slots;
-    COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
-    int32_t* slot_dev = nullptr;
-    if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
-    std::unique_lock<std::mutex> ordered(order->mu, std::defer_lock);
-    if (!op->captured) {
-      // One rank's ops share its index word and input slot, so they run one
-      // after another: each waits for the previous one, on whatever stream.
-      // Always, even on the "same" stream: a handle value can name another
-      // stream by now (cudaStreamPerThread, or a destroyed stream's reused handle).
-      ordered.lock();
-      if (order->closed) return Status::FailedPrecondition("communicator was destroyed");
-      if (order->last) COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(stream, order->last->event, 0));
-    }
-    // From the first launch on, the op is this rank's last whatever fails
-    // later, so Quiesce and heap frees wait for what did get enqueued.
-    bool event_recorded = false;
-    const bool in_kernel = !setup.daemon_executed && !copy_in && !copy_out;
-    Status enqueued = [&]() -> Status {
-      void* c = control->device_ptr();
-      if (!setup.daemon_executed && !in_kernel) {
-        COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(ring::GpuControlLayout::Counter(c, setup.rank),
-                                                       ring::GpuControlLayout::OpIndex(c, setup.rank), stream,
-                                                       nullptr, ring::GpuControlLayout::Trace(c, setup.rank)));
-      }
-      if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
-      // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
-      const ring::CommHeader& h = setup.seg.header();
-      KernelCompletion completion;
-      if (in_kernel) {
-        completion.in_kernel = true;
-        completion.index_word = ring::GpuControlLayout::OpIndex(c, setup.rank);
-        completion.status_mirror = slot_dev;  // null for captured ops, as below
-      }
-      COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
-      const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
-      if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
-      if (copy_out && h.debug_delay_copyout_us > 0) {
-        // Rank r's copy-out starts (r + 1) x the delay late: ranks leave their
-        // epilogues apart, as skewed ranks do, which opens the staging race.
-        const uint64_t ns = uint64_t{h.debug_delay_copyout_us} * 1000 * (setup.rank + 1);
-        COLLECTIVED_RETURN_IF_ERROR(device::LaunchDelay(ns, stream));
-      }
-      if (copy_out) COLLECTIVED_RETURN_IF_ERROR(copy_out());
-      // A captured op's verdict has no host slot to go to (a graph outlives
-      // handles); its failure shows in every later eager op, the error word being sticky.
-      // Daemon-executed: the daemon keeps `completed` itself.
-      if (!in_kernel) {
-        COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(
-            ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
-            nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
-            setup.daemon_executed ? nullptr : ring::GpuControlLayout::Trace(c, setup.rank)));
-      }
-      if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
-      event_recorded = true;
-      return Status::Ok();
-    }();
-    if (!op->captured) {
-      if (!event_recorded) gpuEventRecord(op->event, stream);  // best effort: cover what was enqueued
-      order->last = op;  // under `ordered`, held since the wait above
-    }
-    COLLECTIVED_RETURN_IF_ERROR(enqueued);
-    *out = std::move(op);
-    return Status::Ok();
-  }
-};
-
-GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-GpuCommunicator::~GpuCommunicator() = default;  // Impl unregisters the segment
-
-void GpuCommunicator::ReleaseQueueLease() { impl_->setup.queue_lease.reset(); }
+void GpuCommunicator::ReleaseQueueLease() { engine_->setup.queue_lease.reset(); }
 
 Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
-  Impl& m = *impl_;
+  GpuRankEngine& m = *engine_;
   if (m.setup.daemon_executed) return Status::FailedPrecondition("daemon-executed GPU ops keep no op trace");
   for (const GpuWindowRef& w : m.setup.ranks) {
     if (w.device_uuid != m.setup.ranks[0].device_uuid) {
@@ -637,13 +67,13 @@ Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank
   // process's kernels, which may be waiting for ranks this thread posts next.
   gpuStream_t stream = nullptr;
   COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking));
-  std::vector<uint64_t> e(m.world() * device::kTraceEntryWords);
+  std::vector<uint64_t> e(m.world() * ring::kTraceEntryWords);
   Status copied = [&]() -> Status {
     for (uint32_t r = 0; r < m.world(); ++r) {
       const uint64_t* at =
-          ring::GpuControlLayout::Trace(c, r) + (index % device::kTraceDepth) * device::kTraceEntryWords;
-      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(e.data() + r * device::kTraceEntryWords, at,
-                                           device::kTraceEntryWords * sizeof(uint64_t), gpuMemcpyDeviceToHost, stream));
+          ring::GpuControlLayout::Trace(c, r) + (index % ring::kTraceDepth) * ring::kTraceEntryWords;
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(e.data() + r * ring::kTraceEntryWords, at,
+                                           ring::kTraceEntryWords * sizeof(uint64_t), gpuMemcpyDeviceToHost, stream));
     }
     COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(stream));
     return Status::Ok();
@@ -652,7 +82,7 @@ Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank
   COLLECTIVED_RETURN_IF_ERROR(copied);
   per_rank->assign(m.world(), OpTrace{});
   for (uint32_t r = 0; r < m.world(); ++r) {
-    const uint64_t* w = e.data() + r * device::kTraceEntryWords;
+    const uint64_t* w = e.data() + r * ring::kTraceEntryWords;
     OpTrace& t = (*per_rank)[r];
     t.posted = w[3] == index + 1;
     // Complete: index + 1 in word 0, and the completion time it was stored after
@@ -666,82 +96,34 @@ Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank
 }
 
 Status GpuCommunicator::Create(GpuCommSetup setup, const FetchFd& fetch, std::unique_ptr<GpuCommunicator>* out) {
-  auto impl = std::make_unique<Impl>();
-  impl->setup = std::move(setup);
-  impl->fetch = fetch;
-  const GpuCommSetup& s = impl->setup;
-  if (s.ranks.size() != s.seg.world_size()) return Status::Internal("daemon sent the wrong number of rank windows");
-  if (s.seg.world_size() > device::kMaxDeviceRanks) return Status::InvalidArgument("too many GPU ranks");
-  DeviceGuard guard(s.device);
-  COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-  auto import = [&](const GpuWindowRef& ref, std::unique_ptr<ipc::GpuWindow>* w) -> Status {
-    if (!ref.legacy_ipc_handle.empty()) {  // the daemon could not export cuMem memory
-      std::unique_ptr<ipc::LegacyIpcWindow> legacy;
-      COLLECTIVED_RETURN_IF_ERROR(ipc::LegacyIpcWindow::Open(ref.legacy_ipc_handle, s.device, ref.bytes, &legacy));
-      *w = std::move(legacy);
-      return Status::Ok();
-    }
-    int fd = -1;
-    uint64_t bytes = 0;
-    COLLECTIVED_RETURN_IF_ERROR(fetch(ref.window_id, &fd, &bytes));
-    if (bytes < ref.bytes) {
-      close(fd);
-      return Status::Internal("GPU window smaller than announced");
-    }
-    // Mapped for this rank's device: peers' windows on other GPUs are reached over peer access.
-    std::unique_ptr<ipc::CuMemWindow> cumem;
-    COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Import(fd, s.device, ref.bytes, &cumem));
-    *w = std::move(cumem);
-    return Status::Ok();
-  };
-  COLLECTIVED_RETURN_IF_ERROR(import(s.control, &impl->control));
-  for (const GpuWindowRef& ref : s.ranks) {
-    std::unique_ptr<ipc::GpuWindow> w;
-    COLLECTIVED_RETURN_IF_ERROR(import(ref, &w));
-    impl->ranks.push_back(std::move(w));
-  }
-  impl->abort_word = ring::GpuControlLayout::Abort(impl->control->device_ptr());
-  if (s.daemon_executed) {
-    // Daemon-executed ops meet the daemon in the segment: ring posts write the
-    // op ring, the wait kernel polls the daemon's `completed` word.
-    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-    void* base = &s.seg.header();
-    COLLECTIVED_GPU_CHECK(gpuHostRegister(base, ring::AlignUp(s.seg.control_bytes(), page),
-                                          gpuHostRegisterMapped | gpuHostRegisterPortable));
-    impl->registered = base;
-    void* dev = nullptr;
-    COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, base, 0));
-    auto device_view = [&](const void* host) {
-      return reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) +
-                                         (static_cast<const uint8_t*>(host) - static_cast<const uint8_t*>(base)));
-    };
-    impl->posted_mirror = device_view(&s.seg.control(s.rank).next_index.value);
-    impl->completed_mirror = device_view(&s.seg.control(s.rank).completed.value);
-    impl->ring = reinterpret_cast<uint8_t*>(device_view(&s.seg.slot(s.rank, 0)));
-  }
+  std::unique_ptr<GpuRankEngine> engine;
+  COLLECTIVED_RETURN_IF_ERROR(GpuRankEngine::Map(std::move(setup), fetch, &engine));
+  const GpuCommSetup& s = engine->setup;
+  std::unique_ptr<DaemonPoster> daemon;
+  if (s.daemon_executed) COLLECTIVED_RETURN_IF_ERROR(DaemonPoster::Create(*engine, &daemon));
   // One block count for every rank (barriers pair blocks by index), chosen
   // by the daemon so that ranks sharing a GPU are all resident at once.
   if (s.blocks == 0 || s.blocks > device::kMaxBlocks) return Status::Internal("daemon sent no valid block count");
-  impl->blocks = s.blocks;
-  impl->heap = std::make_shared<SymmetricHeap>(s.heap_bytes);
-  out->reset(new GpuCommunicator(std::move(impl)));
+  engine->blocks = s.blocks;
+  engine->heap = std::make_shared<SymmetricHeap>(s.heap_bytes, ring::kHeapAlignment);
+  out->reset(new GpuCommunicator(std::move(engine), std::move(daemon)));
   return Status::Ok();
 }
 
 Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
   if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
   uint64_t offset = 0;
-  COLLECTIVED_RETURN_IF_ERROR(impl_->heap->Alloc(bytes, &offset));
-  out->ptr = impl_->heap_base(impl_->setup.rank) + offset;
+  COLLECTIVED_RETURN_IF_ERROR(engine_->heap->Alloc(bytes, &offset));
+  out->ptr = engine_->heap_base(engine_->setup.rank) + offset;
   out->bytes = bytes;
-  out->keep = impl_->ranks[impl_->setup.rank];
+  out->keep = engine_->ranks[engine_->setup.rank];
   // Like cudaFree, a Free waits for the GPU work before it: the range goes
   // back only after this rank's eager ops enqueued so far ran (peers' parts
   // of those ops passed the end barrier with them). Freeing at once would let
   // the next AllocBuffer hand the range out while an op still writes it.
   // Waiting keeps the heap symmetric: every rank frees at the same point.
-  const int64_t timeout_ms = static_cast<int64_t>(impl_->setup.seg.header().op_timeout_ns / 1000000) + 5000;
-  out->release = [heap = impl_->heap, offset, order = impl_->order, device = impl_->setup.device, timeout_ms] {
+  const int64_t timeout_ms = static_cast<int64_t>(engine_->setup.seg.header().op_timeout_ns / 1000000) + 5000;
+  out->release = [heap = engine_->heap, offset, order = engine_->order, device = engine_->setup.device, timeout_ms] {
     COLLECTIVED_RETURN_IF_ERROR(WaitForEnqueued(order, device, timeout_ms,
                                                 "a GPU op enqueued before this heap buffer's Free did not finish; "
                                                 "the range stays allocated"));
@@ -751,7 +133,7 @@ Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
 }
 
 Status GpuCommunicator::RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer* out) {
-  Impl& m = *impl_;
+  GpuRankEngine& m = *engine_;
   if (!m.setup.register_buffer) return Status::Unimplemented("this daemon does not take registered buffers");
   if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
   DeviceGuard guard(m.setup.device);
@@ -759,91 +141,12 @@ Status GpuCommunicator::RegisterBuffer(void* ptr, uint64_t bytes, GpuHeapBuffer*
   if (m.Overlaps(ptr, bytes)) {
     return Status::AlreadyExists("buffer overlaps this communicator's heap or a buffer already registered");
   }
-  ipc::CallerRangeExport ex;
-  COLLECTIVED_RETURN_IF_ERROR(ipc::ExportCallerRange(ptr, bytes, &ex));
-  GpuRegistrationReply reply;
-  Status registered = m.setup.register_buffer(ex.fd, ex.allocation_bytes, ex.offset, bytes, &reply);
-  close(ex.fd);  // the daemon holds its own copy now
-  COLLECTIVED_RETURN_IF_ERROR(registered);
-  // Map every peer's allocation here; ours is the caller's own mapping.
-  RegisteredBuffers::Entry e;
-  e.id = reply.buffer_id;
-  e.bytes = bytes;
-  Status mapped = [&]() -> Status {
-    if (reply.allocations.size() != m.world() || reply.offsets.size() != m.world()) {
-      return Status::Internal("daemon sent the wrong number of registered allocations");
-    }
-    if (e.id == 0 || e.id >= (uint64_t{1} << 56)) return Status::Internal("registered buffer id out of range");
-    for (uint32_t k = 0; k < m.world(); ++k) {
-      if (k == m.setup.rank) {
-        e.at.push_back(static_cast<uint8_t*>(ptr));
-        continue;
-      }
-      int fd = -1;
-      uint64_t got = 0;
-      COLLECTIVED_RETURN_IF_ERROR(m.fetch(reply.allocations[k].window_id, &fd, &got));
-      if (got < reply.allocations[k].bytes || reply.offsets[k] + bytes > reply.allocations[k].bytes) {
-        close(fd);
-        return Status::Internal("registered allocation of rank " + std::to_string(k) + " smaller than announced");
-      }
-      std::unique_ptr<ipc::CuMemWindow> w;
-      COLLECTIVED_RETURN_IF_ERROR(ipc::CuMemWindow::Import(fd, m.setup.device, reply.allocations[k].bytes, &w));
-      e.at.push_back(static_cast<uint8_t*>(w->device_ptr()) + reply.offsets[k]);
-      e.peers.push_back(std::move(w));
-    }
-    return Status::Ok();
-  }();
-  if (!mapped.ok()) {
-    m.setup.deregister_buffer(reply.buffer_id);
-    return mapped;
-  }
-  const uint64_t id = e.id;
-  {
-    std::lock_guard<std::mutex> lock(m.registrations->mu);
-    m.registrations->by_address[reinterpret_cast<uintptr_t>(ptr)] = std::move(e);
-  }
-  out->id = id;
-  out->ptr = ptr;
-  out->bytes = bytes;
-  out->keep = std::move(ex.retained);
-  const int64_t timeout_ms = static_cast<int64_t>(m.setup.seg.header().op_timeout_ns / 1000000) + 5000;
-  // Like a heap buffer's Free: the rank's ops enqueued before it run first;
-  // then the peers' mappings go, and the daemon's reference (unless the
-  // communicator was destroyed, which dropped it).
-  out->release = [table = m.registrations, key = reinterpret_cast<uintptr_t>(ptr), order = m.order,
-                  device = m.setup.device, timeout_ms, id, deregister = m.setup.deregister_buffer] {
-    COLLECTIVED_RETURN_IF_ERROR(WaitForEnqueued(order, device, timeout_ms,
-                                                "a GPU op enqueued before this registered buffer's Free did not "
-                                                "finish; it stays registered"));
-    {
-      std::lock_guard<std::mutex> lock(table->mu);
-      table->by_address.erase(key);
-    }
-    bool destroyed = false;
-    {
-      std::lock_guard<std::mutex> lock(order->mu);
-      destroyed = order->closed;
-    }
-    return destroyed ? Status::Ok() : deregister(id);
-  };
-  return Status::Ok();
+  return RegisterCallerBuffer(m.setup, m.fetch, m.registrations, m.order, ptr, bytes, out);
 }
-
-namespace {
-
-// The descriptor every peer compares: kind, type, op, algorithm, count and,
-// for zero-copy ops, where send and recv lie (Impl::Symmetric's tags: peers
-// address each other's buffers by them).
-void Describe(device::DeviceRankArgs* a, CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algo,
-              bool zero_copy, uint64_t send_tag, uint64_t recv_tag) {
-  ring::PackDeviceDescriptor(kind, dtype, op, algo, a->count, zero_copy, send_tag, recv_tag, a->desc);
-}
-
-}  // namespace
 
 Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op,
                                   void* stream_ptr, std::shared_ptr<GpuOpState>* out) {
-  Impl& m = *impl_;
+  GpuRankEngine& m = *engine_;
   if (count == 0) return Status::InvalidArgument("count must be positive");
   if (!IsValidReduction(dtype, op)) {
     return Status::InvalidArgument(std::string("reduction ") + ReduceOpName(op) + " is not allowed on " +
@@ -855,11 +158,11 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   DeviceGuard guard(m.setup.device);
   auto stream = static_cast<gpuStream_t>(stream_ptr);
   if (m.setup.daemon_executed) {
-    return DaemonOp(CollectiveKind::kAllReduce, send, recv, count, dtype, op, stream, out);
+    return daemon_->Post(CollectiveKind::kAllReduce, send, recv, count, dtype, op, stream, out);
   }
   uint64_t send_tag = 0, recv_tag = 0;
-  const void* send_at[device::kMaxDeviceRanks];
-  const void* recv_at[device::kMaxDeviceRanks];
+  const void* send_at[ring::kMaxDeviceRanks];
+  const void* recv_at[ring::kMaxDeviceRanks];
   const bool zero_copy = m.Symmetric(send, bytes, &send_tag, send_at) && m.Symmetric(recv, bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
   const bool small = ring::ChooseAlgorithm(CollectiveKind::kAllReduce, bytes, m.setup.seg.header().one_shot_max_bytes) ==
@@ -892,7 +195,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   Describe(&a, CollectiveKind::kAllReduce, dtype, op, static_cast<uint32_t>(algo), zero_copy, send_tag, recv_tag);
   // Checked before anything is enqueued: a refused op must not take an index.
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllReduce(dtype, op, algo, a, m.blocks));
-  auto kernel = [&](const Impl::KernelCompletion& c) {
+  auto kernel = [&](const GpuRankEngine::KernelCompletion& c) {
     c.ApplyTo(&a);
     return device::LaunchAllReduce(dtype, op, algo, a, m.blocks, stream);
   };
@@ -901,7 +204,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
 
 Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, DataType dtype, void* stream_ptr,
                                   std::shared_ptr<GpuOpState>* out) {
-  Impl& m = *impl_;
+  GpuRankEngine& m = *engine_;
   const size_t es = DataTypeSize(dtype);
   if (es == 0) return Status::InvalidArgument("unknown data type");
   if (count == 0) return Status::InvalidArgument("count must be positive");
@@ -912,17 +215,17 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   DeviceGuard guard(m.setup.device);
   auto stream = static_cast<gpuStream_t>(stream_ptr);
   if (m.setup.daemon_executed) {
-    return DaemonOp(CollectiveKind::kAllGather, send, recv, count, dtype, ReduceOp::kUnspecified, stream, out);
+    return daemon_->Post(CollectiveKind::kAllGather, send, recv, count, dtype, ReduceOp::kUnspecified, stream, out);
   }
   uint64_t recv_tag = 0;
-  const void* recv_at[device::kMaxDeviceRanks];
+  const void* recv_at[ring::kMaxDeviceRanks];
   const bool zero_copy = m.Symmetric(recv, out_bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
   device::GatherAlgorithm algo = device::GatherAlgorithm::kPush;
   std::function<Status()> copy_in;
   if (zero_copy) {
     uint64_t unused_tag = 0;
-    const void* unused_at[device::kMaxDeviceRanks];
+    const void* unused_at[ring::kMaxDeviceRanks];
     if (!m.Symmetric(send, bytes, &unused_tag, unused_at)) COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
     for (uint32_t k = 0; k < m.world(); ++k) {
       a.outputs[k] = const_cast<void*>(recv_at[k]);
@@ -943,7 +246,7 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
   Describe(&a, CollectiveKind::kAllGather, dtype, ReduceOp::kUnspecified, static_cast<uint32_t>(algo), zero_copy, 0,
            recv_tag);
   COLLECTIVED_RETURN_IF_ERROR(device::ValidateAllGather(dtype, a, m.blocks, algo));
-  auto kernel = [&](const Impl::KernelCompletion& c) {
+  auto kernel = [&](const GpuRankEngine::KernelCompletion& c) {
     c.ApplyTo(&a);
     return device::LaunchAllGather(dtype, a, m.blocks, stream, algo);
   };
@@ -951,63 +254,15 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
                    nullptr, out);
 }
 
-Status GpuCommunicator::DaemonOp(CollectiveKind kind, const void* send, void* recv, uint64_t count, DataType dtype,
-                                 ReduceOp op, void* stream_ptr, std::shared_ptr<GpuOpState>* out) {
-  Impl& m = *impl_;
-  auto stream = static_cast<gpuStream_t>(stream_ptr);
-  const uint64_t bytes = count * DataTypeSize(dtype);
-  const uint64_t out_bytes = kind == CollectiveKind::kAllGather ? bytes * m.world() : bytes;
-  ring::OpDescriptor d{};
-  d.kind = kind;
-  d.dtype = dtype;
-  d.reduce_op = op;
-  d.algorithm = ring::Algorithm::kUnspecified;  // one fused launch
-  d.count = count;
-  // The daemon addresses each rank's buffers on its own (no symmetry needed):
-  // heap and registered buffers in place, anything else through the rank's slot.
-  std::function<Status()> copy_in, copy_out;
-  uint8_t* mine = m.slot(m.setup.rank);
-  uint64_t id = 0;
-  if (m.InHeap(send, bytes, &d.send_offset)) {
-    d.send_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kHeap);
-  } else if (m.InRegistered(send, bytes, &id, &d.send_offset)) {
-    d.send_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kRegistered, id);
-  } else {
-    if (bytes > m.setup.slot_bytes) {
-      return Status::InvalidArgument("message of " + std::to_string(bytes) + " bytes exceeds the staging slot of " +
-                                     std::to_string(m.setup.slot_bytes) + " bytes; use Communicator::AllocBuffer");
-    }
-    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(send, "send"));
-    d.send_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kSlot);
-    copy_in = CopyLater(mine, send, bytes, stream);
-  }
-  if (m.InHeap(recv, out_bytes, &d.recv_offset)) {
-    d.recv_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kHeap);
-  } else if (m.InRegistered(recv, out_bytes, &id, &d.recv_offset)) {
-    d.recv_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kRegistered, id);
-  } else if (kind == CollectiveKind::kAllGather) {
-    return Status::InvalidArgument("a daemon-executed all-gather writes into the symmetric heap or a registered "
-                                   "buffer: allocate recv with Communicator::AllocBuffer, or register it");
-  } else {
-    if (out_bytes > m.setup.slot_bytes) return Status::InvalidArgument("message exceeds the staging slot");
-    COLLECTIVED_RETURN_IF_ERROR(m.CheckPointer(recv, "recv"));
-    d.recv_buffer_id = ring::EncodeBufferPlace(ring::BufferPlace::kSlot);
-    d.recv_offset = 0;
-    copy_out = CopyLater(recv, mine, bytes, stream);
-  }
-  auto kernel = [&](const Impl::KernelCompletion&) { return m.PostAndWaitForDaemon(d, stream); };
-  return m.Enqueue(stream, {kind, dtype, op, count}, copy_in, kernel, copy_out, out);
-}
-
 Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
   std::shared_ptr<GpuOpState> last;
   {
-    std::lock_guard<std::mutex> lock(impl_->order->mu);
-    impl_->order->closed = true;
-    last.swap(impl_->order->last);
+    std::lock_guard<std::mutex> lock(engine_->order->mu);
+    engine_->order->closed = true;
+    last.swap(engine_->order->last);
   }
   if (!last) return Status::Ok();
-  DeviceGuard guard(impl_->setup.device);
+  DeviceGuard guard(engine_->setup.device);
   return WaitRan(*last, timeout_ms, "this rank's GPU ops did not finish before destroy");
 }
 

@@ -25,6 +25,11 @@
 // are staged through the fixed input slots (at most max_message_bytes per rank).
 // No CUDA type appears here, so the rest of the client library compiles
 // without the toolkit; gpu_communicator_stub.cc stands in when it is absent.
+//
+// The parts, each used only by those after it: symmetric_heap and
+// gpu_queue_lease (pure host logic), gpu_op (the handle and its verdict),
+// registered_buffers, gpu_rank_engine (the mapped memory and Enqueue),
+// daemon_poster, and gpu_communicator.cc (the ops: checks, algorithm, kernel arguments).
 #ifndef COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_
 #define COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_
 
@@ -43,7 +48,9 @@ namespace collectived {
 struct OpTrace;  // collectived/client.h
 
 
-struct GpuOpState;  // what a Handle of a GPU op holds
+struct GpuOpState;     // what a Handle of a GPU op holds (gpu_op.h)
+class GpuRankEngine;  // the rank's mapped memory and op pipeline (gpu_rank_engine.h)
+class DaemonPoster;   // daemon-executed ops' ring posts (daemon_poster.h)
 
 // Waits on the host for a GPU op (polls its event until the deadline).
 Status GpuOpWait(const GpuOpState& op, int64_t timeout_ms);
@@ -124,33 +131,14 @@ class GpuCommunicator {
   // Every rank's trace of op `index` (client-executed; GPU clock, see OpTrace).
   Status ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank) const;
 
-  struct Impl;
-
  private:
-  Status DaemonOp(CollectiveKind kind, const void* send, void* recv, uint64_t count, DataType dtype, ReduceOp op,
-                  void* stream, std::shared_ptr<GpuOpState>* out);
-  explicit GpuCommunicator(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  GpuCommunicator(std::unique_ptr<GpuRankEngine> engine, std::unique_ptr<DaemonPoster> daemon);
+  std::unique_ptr<GpuRankEngine> engine_;
+  std::unique_ptr<DaemonPoster> daemon_;  // daemon-executed communicators only
 };
 
 // "GPU-..." UUID of device `ordinal` (the name the daemon knows it by).
 Status GpuDeviceUuid(int ordinal, std::string* uuid);
-
-// Every GPU rank runs kernels that spin on its peers, and a process's streams
-// share its CUDA context's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS: 8 by
-// default, and 2 for an MPS client, as measured on the H200). Two ranks of one
-// communicator whose kernels land in one queue run one after the other, so
-// the first waits for the second until its deadline. Reserves a queue for one
-// more rank of communicator `key` in this process on `device`, or refuses
-// (FAILED_PRECONDITION, saying what to set) the rank that cannot get one.
-// Necessary, not sufficient: CUDA maps streams to queues round-robin in
-// creation order, the caller's other streams included. The reservation ends
-// when *lease is released.
-Status LeaseGpuRankQueue(int device, const std::string& key, std::shared_ptr<void>* lease);
-
-// The hardware queues a context gets: CUDA_DEVICE_MAX_CONNECTIONS when set
-// (`env`, 1..32), else CUDA's default (2 under MPS, 8 otherwise).
-uint32_t GpuHardwareQueues(const char* env, bool mps);
 
 }  // namespace collectived
 

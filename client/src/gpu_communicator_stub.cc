@@ -1,6 +1,8 @@
-// Stands in for gpu_communicator.cc when the library is built without the
-// CUDA toolkit: GPU communicators are refused with a clear reason.
+// Stands in for the GPU communicator's CUDA sources (gpu_communicator.cc and
+// the parts it uses) when the library is built without the CUDA toolkit:
+// GPU communicators are refused with a clear reason.
 #include "client/src/gpu_communicator.h"
+#include "client/src/gpu_queue_lease.h"
 
 #include "collectived/client.h"
 
@@ -20,8 +22,10 @@ Status GpuOpWaitOn(const GpuOpState&, void*) { return NoCuda(); }
 Status GpuDeviceUuid(int, std::string*) { return NoCuda(); }
 Status LeaseGpuRankQueue(int, const std::string&, std::shared_ptr<void>*) { return NoCuda(); }
 
-struct GpuCommunicator::Impl {};
-GpuCommunicator::GpuCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+class GpuRankEngine {};
+class DaemonPoster {};
+GpuCommunicator::GpuCommunicator(std::unique_ptr<GpuRankEngine> engine, std::unique_ptr<DaemonPoster> daemon)
+    : engine_(std::move(engine)), daemon_(std::move(daemon)) {}
 GpuCommunicator::~GpuCommunicator() = default;
 Status GpuCommunicator::Create(GpuCommSetup, const FetchFd&, std::unique_ptr<GpuCommunicator>*) { return NoCuda(); }
 Status GpuCommunicator::AllocBuffer(uint64_t, GpuHeapBuffer*) { return NoCuda(); }
@@ -36,9 +40,5 @@ Status GpuCommunicator::AllGather(const void*, void*, uint64_t, DataType, void*,
 Status GpuCommunicator::Quiesce(int64_t) { return Status::Ok(); }
 void GpuCommunicator::ReleaseQueueLease() {}
 Status GpuCommunicator::ReadTrace(uint64_t, std::vector<OpTrace>*) const { return NoCuda(); }
-Status GpuCommunicator::DaemonOp(CollectiveKind, const void*, void*, uint64_t, DataType, ReduceOp, void*,
-                                 std::shared_ptr<GpuOpState>*) {
-  return NoCuda();
-}
 
 }  // namespace collectived

@@ -21,7 +21,7 @@ class VirtualRanks {
     world_ = world;
     timeout_ns_ = timeout_ns;
     COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-    const uint64_t words = device::kFlagWords + 8 * 64 + ring::kDescriptorTableWords;
+    const uint64_t words = ring::kFlagWords + 8 * 64 + ring::kDescriptorTableWords;
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
     streams_.resize(world);
@@ -47,18 +47,18 @@ class VirtualRanks {
   void* out(uint32_t r) const { return out_[r]; }
   // Device words: flags, then per rank: counter, op index, done; abort; error.
   uint64_t* flags() const { return words_; }
-  uint64_t* counter(uint32_t r) const { return words_ + device::kFlagWords + r * 8; }
-  uint64_t* op_index(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 1; }
-  uint64_t* done(uint32_t r) const { return words_ + device::kFlagWords + r * 8 + 2; }
-  uint32_t* finished(uint32_t r) const { return reinterpret_cast<uint32_t*>(words_ + device::kFlagWords + r * 8 + 3); }
+  uint64_t* counter(uint32_t r) const { return words_ + ring::kFlagWords + r * 8; }
+  uint64_t* op_index(uint32_t r) const { return words_ + ring::kFlagWords + r * 8 + 1; }
+  uint64_t* done(uint32_t r) const { return words_ + ring::kFlagWords + r * 8 + 2; }
+  uint32_t* finished(uint32_t r) const { return reinterpret_cast<uint32_t*>(words_ + ring::kFlagWords + r * 8 + 3); }
   // Single-launch mode: the verdict the kernel copies from the error word when it completes an op.
-  int32_t* status_mirror(uint32_t r) const { return reinterpret_cast<int32_t*>(words_ + device::kFlagWords + r * 8 + 4); }
-  uint64_t* abort_word() const { return words_ + device::kFlagWords + 8 * 60; }
+  int32_t* status_mirror(uint32_t r) const { return reinterpret_cast<int32_t*>(words_ + ring::kFlagWords + r * 8 + 4); }
+  uint64_t* abort_word() const { return words_ + ring::kFlagWords + 8 * 60; }
   // Single launch: no post/complete kernels; the collective kernel takes its
   // generation from done and publishes done itself.
   void SetSingleLaunch(bool on) { single_launch_ = on; }
-  int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + device::kFlagWords + 8 * 61); }
-  uint64_t* descriptors() const { return words_ + device::kFlagWords + 8 * 64; }
+  int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + ring::kFlagWords + 8 * 61); }
+  uint64_t* descriptors() const { return words_ + ring::kFlagWords + 8 * 64; }
   // All-gathers pull (each rank writes only its own output) instead of push.
   void SetGatherPull(bool on) { gather_pull_ = on; }
   // Rank r's kernel describes its op with `count + skew` (a rank that

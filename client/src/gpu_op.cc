@@ -1,0 +1,154 @@
+#include "client/src/gpu_op.h"
+
+#include <chrono>
+#include <thread>
+
+#include "base/gpu/device_guard.h"
+#include "base/gpu/gpu_check.h"
+#include "client/src/gpu_communicator.h"
+#include "kernels/device/device_collectives.h"
+
+namespace collectived {
+
+using gpu::DeviceGuard;
+
+StatusSlots::~StatusSlots() {
+  for (auto& r : retired_) gpuEventDestroy(r.second);
+  for (void* slab : slabs_) gpuFreeHost(slab);
+}
+
+Status StatusSlots::Take(int32_t** host, int32_t** device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Reclaim();
+  if (free_.empty()) {
+    void* slab = nullptr;
+    COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(int32_t), gpuHostAllocMapped | gpuHostAllocPortable));
+    slabs_.push_back(slab);
+    for (uint32_t i = 0; i < kSlab; ++i) free_.push_back(static_cast<int32_t*>(slab) + i);
+  }
+  int32_t* slot = free_.back();
+  free_.pop_back();
+  *reinterpret_cast<volatile int32_t*>(slot) = kSlotUnset;
+  void* dev = nullptr;
+  COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, slot, 0));
+  *host = slot;
+  *device = static_cast<int32_t*>(dev);
+  return Status::Ok();
+}
+
+void StatusSlots::Give(int32_t* slot, gpuEvent_t event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (event == nullptr || gpuEventQuery(event) == gpuSuccess) {
+    free_.push_back(slot);
+    if (event != nullptr) gpuEventDestroy(event);
+  } else {
+    retired_.push_back({slot, event});
+  }
+}
+
+void StatusSlots::Reclaim() {
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (gpuEventQuery(it->second) == gpuErrorNotReady) {
+      ++it;
+      continue;
+    }
+    gpuEventDestroy(it->second);
+    free_.push_back(it->first);
+    it = retired_.erase(it);
+  }
+}
+
+Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeout_ns) {
+  switch (code) {
+    case ring::kDeviceOk:
+      return Status::Ok();
+    case ring::kDeviceDeadline:
+      return Status::DeadlineExceeded("a GPU collective waited longer than the op timeout (" +
+                                      std::to_string(timeout_ns / 1000000) +
+                                      " ms) for a peer; the communicator is aborted");
+    case ring::kDeviceMismatch:
+      return Status::InvalidArgument(
+          "ranks posted different ops at the same index (kind, type, op, count or heap offsets differ, or a "
+          "rank is an op ahead; the device-side matcher refused it); the communicator is aborted");
+    case ring::kDeviceAborted: {
+      Status abort = seg.AbortStatus();
+      if (!abort.ok()) return abort;
+      return Status::Aborted("communicator aborted: an op failed on another rank");
+    }
+    case kSlotUnset:
+      return Status::Internal("the op's completion did not record a verdict");
+    default:
+      return Status::Internal("unknown device error " + std::to_string(code));
+  }
+}
+
+GpuOpState::~GpuOpState() {
+  if (status_slot != nullptr) {
+    slots->Give(status_slot, event);  // takes the event
+  } else if (event != nullptr) {
+    gpuEventDestroy(event);
+  }
+}
+
+Status GpuOpState::Verdict() const {
+  if (captured) return Status::Ok();
+  const int32_t code = *reinterpret_cast<volatile const int32_t*>(status_slot);
+  return VerdictStatus(code, seg, timeout_ns);
+}
+
+Status WaitFired(gpuEvent_t event, int64_t timeout_ms, const std::string& what_if_not) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (uint32_t polls = 0;; ++polls) {
+    const gpuError_t e = gpuEventQuery(event);
+    if (e == gpuSuccess) return Status::Ok();
+    if (e != gpuErrorNotReady) return gpu::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() >= deadline) return Status::DeadlineExceeded(what_if_not);
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+Status GpuOpWait(const GpuOpState& op, int64_t timeout_ms) {
+  if (op.captured) {
+    return Status::FailedPrecondition(
+        "this op was captured into a graph: wait for it with Handle::WaitOn(stream) inside the capture, or "
+        "synchronize the stream that launches the graph");
+  }
+  COLLECTIVED_RETURN_IF_ERROR(
+      WaitFired(op.event, timeout_ms, "op not complete after " + std::to_string(timeout_ms) + " ms"));
+  return op.Verdict();
+}
+
+bool GpuOpTest(const GpuOpState& op, Status* status) {
+  if (op.captured) {
+    if (status) *status = GpuOpWait(op, 0);
+    return true;
+  }
+  const gpuError_t e = gpuEventQuery(op.event);
+  if (e == gpuErrorNotReady) return false;
+  if (status) *status = e == gpuSuccess ? op.Verdict() : gpu::GpuErrorStatus(e, "gpuEventQuery", __FILE__, __LINE__);
+  return true;
+}
+
+Status GpuOpWaitOn(const GpuOpState& op, void* stream) {
+  // The event follows the complete kernel on the op's stream, so a stream
+  // that waits for it sees the whole op, copy-out included (rule 1).
+  COLLECTIVED_GPU_CHECK(gpuStreamWaitEvent(static_cast<gpuStream_t>(stream), op.event, 0));
+  return Status::Ok();
+}
+
+Status WaitRan(const GpuOpState& op, int64_t timeout_ms, const char* what_if_not) {
+  return WaitFired(op.event, timeout_ms, what_if_not);
+}
+
+Status WaitForEnqueued(const std::shared_ptr<OpOrder>& order, int device, int64_t timeout_ms, const char* what) {
+  std::shared_ptr<GpuOpState> last;
+  {
+    std::lock_guard<std::mutex> lock(order->mu);
+    last = order->last;
+  }
+  if (!last) return Status::Ok();
+  DeviceGuard guard(device);
+  return WaitRan(*last, timeout_ms, what);
+}
+
+}  // namespace collectived
