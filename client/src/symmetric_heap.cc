@@ -2,20 +2,22 @@
 
 #include <algorithm>
 #include <iterator>
+#include <cstdint>
 #include <string>
 
-namespace collectived {
+#include "ring/gpu_control_layout.h"
 
-namespace {
-uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }  // as ring::AlignUp
-}  // namespace
+namespace collectived {
 
 SymmetricHeap::SymmetricHeap(uint64_t size, uint64_t alignment) : alignment_(alignment) {
   if (size > 0) free_[0] = size;
 }
 
 Status SymmetricHeap::Alloc(uint64_t bytes, uint64_t* offset) {
-  const uint64_t need = AlignUp(std::max<uint64_t>(bytes, 1), alignment_);
+  const uint64_t want = std::max<uint64_t>(bytes, 1);
+  // Rounding up must not wrap to a small size: a request within one alignment
+  // of 2^64 fits no heap.
+  const uint64_t need = want > UINT64_MAX - (alignment_ - 1) ? UINT64_MAX : ring::AlignUp(want, alignment_);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < need) continue;

@@ -45,6 +45,17 @@ TEST(SymmetricHeapTest, ExhaustionIsResourceExhaustedNamingTheOption) {
   EXPECT_EQ(heap.Alloc(1, &offset).code(), StatusCode::kResourceExhausted);
 }
 
+TEST(SymmetricHeapTest, ASizeNear2To64IsRefusedNotWrappedToZero) {
+  SymmetricHeap heap(4096, 256);
+  uint64_t off = 7;
+  for (uint64_t bytes : {UINT64_MAX, UINT64_MAX - 10, UINT64_MAX - 255, uint64_t{4097}}) {
+    EXPECT_EQ(heap.Alloc(bytes, &off).code(), StatusCode::kResourceExhausted) << bytes;
+  }
+  // Nothing was handed out: the whole heap is still there.
+  ASSERT_TRUE(heap.Alloc(4096, &off).ok());
+  EXPECT_EQ(off, 0u);
+}
+
 TEST(SymmetricHeapTest, AnEmptyHeapRefusesEverything) {
   SymmetricHeap heap(0, kAlign);
   uint64_t offset = 0;
