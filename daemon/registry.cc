@@ -779,11 +779,10 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
   }
   if (!comm.formed) comm_by_key_.erase(comm.key);
   if (comm.formed) {
-    v1::CommunicatorStats closed;
-    FillCommStats(comm, &closed);
-    closed.set_closed(true);
-    spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed(),
-                 closed.failed());
+    CommStats closed = CommStatsOf(comm);
+    closed.closed = true;
+    spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed,
+                 closed.failed);
     recently_closed_.push_back(std::move(closed));
     if (recently_closed_.size() > 16) recently_closed_.pop_front();
   }
@@ -983,27 +982,28 @@ void Registry::Housekeeping() {
   for (uint64_t id : unbound) CleanupSession(id, "never opened its fd connection");
 }
 
-void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
-  cs->set_comm_id(c.id);
-  cs->set_key(c.key);
-  cs->set_world_size(c.world_size);
-  cs->set_mode(static_cast<v1::ExecutionMode>(c.mode));
+CommStats Registry::CommStatsOf(const Comm& c) {
+  CommStats cs;
+  cs.comm_id = c.id;
+  cs.key = c.key;
+  cs.world_size = c.world_size;
+  cs.mode = c.mode;
   const ring::CommHeader& h = c.seg.header();
   uint64_t posted = 0;
   for (uint32_t r = 0; r < c.world_size; ++r) {
-    auto* rs = cs->add_ranks();
-    rs->set_rank(r);
-    rs->set_session_id(c.members[r]);
-    const uint64_t p = c.seg.control(r).next_index.value.load(std::memory_order_acquire);
-    rs->set_posted(p);
-    rs->set_completed(c.seg.control(r).completed.value.load(std::memory_order_acquire));
-    rs->set_captured_plans(r < c.captured_plans.size() ? c.captured_plans[r] : 0);
-    posted = std::max(posted, p);
+    RankStats rs;
+    rs.rank = r;
+    rs.session_id = c.members[r];
+    rs.posted = c.seg.control(r).next_index.value.load(std::memory_order_acquire);
+    rs.completed = c.seg.control(r).completed.value.load(std::memory_order_acquire);
+    rs.captured_plans = r < c.captured_plans.size() ? c.captured_plans[r] : 0;
+    posted = std::max(posted, rs.posted);
+    cs.ranks.push_back(rs);
   }
-  cs->set_posted(posted);
+  cs.posted = posted;
   uint64_t registered = 0;
   for (const auto& [id, g] : c.registrations) registered += g.formed ? 1 : 0;
-  cs->set_registered_buffers(registered);
+  cs.registered_buffers = registered;
   if (c.gpu) {
     // The kernels keep these counts in device memory (each replay of a
     // captured op takes its index there); one small copy reads them.
@@ -1019,43 +1019,44 @@ void Registry::FillCommStats(const Comm& c, v1::CommunicatorStats* cs) {
     if (read.ok()) {
       uint64_t posted_max = 0;
       for (uint32_t r = 0; r < c.world_size; ++r) {
-        cs->mutable_ranks(r)->set_posted(counts.posted[r]);
-        cs->mutable_ranks(r)->set_completed(counts.completed[r]);
+        cs.ranks[r].posted = counts.posted[r];
+        cs.ranks[r].completed = counts.completed[r];
         posted_max = std::max(posted_max, counts.posted[r]);
       }
-      cs->set_posted(posted_max);
+      cs.posted = posted_max;
     }
     uint64_t all_done = UINT64_MAX;
-    for (uint32_t r = 0; r < c.world_size; ++r) all_done = std::min(all_done, cs->ranks(r).completed());
-    cs->set_matched(all_done);
-    cs->set_completed(all_done);
+    for (uint32_t r = 0; r < c.world_size; ++r) all_done = std::min(all_done, cs.ranks[r].completed);
+    cs.matched = all_done;
+    cs.completed = all_done;
     const bool kernel_gave_up = counts.abort != 0;
-    if (c.gpu_executor) cs->set_gpu_handoff_us_mean(c.gpu_executor->handoff_us_mean());
-    cs->set_aborted(c.seg.aborted() || kernel_gave_up);
+    if (c.gpu_executor) cs.gpu_handoff_us_mean = c.gpu_executor->handoff_us_mean();
+    cs.aborted = c.seg.aborted() || kernel_gave_up;
     if (c.seg.aborted()) {
-      cs->set_abort_reason(c.seg.AbortStatus().message());
+      cs.abort_reason = c.seg.AbortStatus().message();
     } else if (kernel_gave_up) {
-      cs->set_abort_reason("a kernel gave up (deadline, or ranks disagreed on an op); the clients' handles say which");
+      cs.abort_reason = "a kernel gave up (deadline, or ranks disagreed on an op); the clients' handles say which";
     }
-    return;
+    return cs;
   }
-  cs->set_matched(h.ops_matched.load());
-  cs->set_completed(h.ops_completed.load());
-  cs->set_failed(h.ops_failed.load());
-  cs->set_aborted(c.seg.aborted());
-  if (c.seg.aborted()) cs->set_abort_reason(c.seg.AbortStatus().message());
+  cs.matched = h.ops_matched.load();
+  cs.completed = h.ops_completed.load();
+  cs.failed = h.ops_failed.load();
+  cs.aborted = c.seg.aborted();
+  if (c.seg.aborted()) cs.abort_reason = c.seg.AbortStatus().message();
+  return cs;
 }
 
-void Registry::FillStats(v1::GetStatsResponse* out) {
+RegistryStats Registry::Stats() {
   std::lock_guard<std::mutex> lock(mu_);
-  out->set_sessions(sessions_.size());
-  uint64_t nbuf = 0;
-  for (auto& [id, s] : sessions_) nbuf += s->buffers.size();
-  out->set_buffers(nbuf);
-  out->set_buffer_bytes(buffer_bytes_);
-  out->set_draining(draining_.load());
-  for (auto& [id, c] : comms_) FillCommStats(*c, out->add_communicators());
-  for (const auto& closed : recently_closed_) *out->add_recently_closed() = closed;
+  RegistryStats out;
+  out.sessions = sessions_.size();
+  for (auto& [id, s] : sessions_) out.buffers += s->buffers.size();
+  out.buffer_bytes = buffer_bytes_;
+  out.draining = draining_.load();
+  for (auto& [id, c] : comms_) out.communicators.push_back(CommStatsOf(*c));
+  out.recently_closed.assign(recently_closed_.begin(), recently_closed_.end());
+  return out;
 }
 
 }  // namespace collectived::daemon

@@ -16,8 +16,8 @@
 
 #include "collectived/status.h"
 #include "collectived/types.h"
-#include "collectived/v1/collectived.pb.h"
 #include "daemon/daemon_config.h"
+#include "daemon/stats.h"
 #include "ipc/shm_window.h"
 #include "kernels/host/host_executor.h"
 #include "ring/segment_layout.h"
@@ -137,7 +137,7 @@ class Registry {
   // the buffer (or the communicator closes): a slow peer can still import it.
   Status DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id);
 
-  void FillStats(v1::GetStatsResponse* out);
+  RegistryStats Stats();
   // Expires joins past their deadline. Called periodically.
   void Housekeeping();
   // Fails every join still waiting (UNAVAILABLE), before the server shuts down.
@@ -167,7 +167,7 @@ class Registry {
                                       Deferred* after);
   // REQUIRES: mu_ held; every member joined. Allocates a GPU communicator's device memory.
   Status FormGpuLocked(Comm& comm);
-  static void FillCommStats(const Comm& comm, v1::CommunicatorStats* out);
+  static CommStats CommStatsOf(const Comm& comm);
 
   const DaemonConfig config_;
   std::atomic<bool> draining_{false};
@@ -194,7 +194,7 @@ class Registry {
     uint32_t rank;
   };
   std::map<uint64_t, RegisteredWindow> registered_windows_;  // window id -> a rank's registered allocation
-  std::deque<v1::CommunicatorStats> recently_closed_;
+  std::deque<CommStats> recently_closed_;
 };
 
 }  // namespace collectived::daemon
