@@ -518,8 +518,9 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
       }
       const bool gpu = !req.device_uuid.empty();
       if (gpu) {
-        if (config_.backend != "cuda") {
-          return Status::FailedPrecondition("this collectived serves the '" + config_.backend +
+        if (config_.backend != Backend::kCuda) {
+          return Status::FailedPrecondition(std::string("this collectived serves the '") +
+                                            BackendName(config_.backend) +
                                             "' backend; GPU communicators need a daemon on the cuda backend");
         }
         if (req.world_size > kMaxGpuRanks) {
@@ -679,10 +680,8 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
 
 Status Registry::FormGpuLocked(Comm& comm) {
   std::unique_ptr<GpuCommMemory> mem;
-  const GpuMemoryExport how = config_.gpu_memory_export == "cumem"        ? GpuMemoryExport::kCuMem
-                              : config_.gpu_memory_export == "legacy-ipc" ? GpuMemoryExport::kLegacyIpc
-                                                                          : GpuMemoryExport::kAuto;
-  Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes, how, &mem);
+  Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes,
+                                   config_.gpu_memory_export, &mem);
   if (!s.ok()) {
     spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
     return s;
@@ -695,8 +694,8 @@ Status Registry::FormGpuLocked(Comm& comm) {
   if (comm.mode == ExecutionMode::kDaemon) {
     std::unique_ptr<GpuExecutor> ex;
     GpuExecutor::Paths paths;
-    paths.copy_engine_gather = config_.gpu_gather_path == "copy-engine";
-    paths.copy_engine_reduce = config_.gpu_reduce_path == "copy-engine";
+    paths.copy_engine_gather = config_.gpu_gather_path == GpuPath::kCopyEngine;
+    paths.copy_engine_reduce = config_.gpu_reduce_path == GpuPath::kCopyEngine;
     paths.scratch_bytes = config_.gpu_copy_engine_scratch_bytes;
     s = GpuExecutor::Start(comm.seg, comm.gpu_memory, paths, &ex);
     if (!s.ok()) {

@@ -91,12 +91,12 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServer
 #ifdef COLLECTIVED_HAVE_CUDA
   resp->add_backends("cuda");
 #endif
-  resp->set_active_backend(registry_->config().backend);
+  resp->set_active_backend(BackendName(registry_->config().backend));
   for (const char* cap : {"mode.client", "mode.daemon", "op.all_reduce", "op.all_gather", "algo.one_shot",
                           "algo.two_shot", "rpc.submit", "fd.memfd"}) {
     resp->add_capabilities(cap);
   }
-  if (registry_->config().backend == "cuda") {
+  if (registry_->config().backend == Backend::kCuda) {
     for (const char* cap : {"gpu.client_executed", "gpu.symmetric_heap", "gpu.device_matcher", "fd.cumem",
                             "gpu.registered_buffers"}) {
       resp->add_capabilities(cap);
