@@ -1,6 +1,9 @@
 // The daemon's state: sessions, buffers, communicators and their segments,
 // and the daemon-side rank executors. Control-plane only (one mutex): the hot
 // path is the rings, which the registry never touches per op.
+// Methods are defined by concern: registry.cc (the facade: cleanup,
+// housekeeping, per-op calls), sessions.cc, buffers.cc, join.cc,
+// gpu_registrations.cc and stats.cc; their records are in registry_state.h.
 #ifndef COLLECTIVED_DAEMON_REGISTRY_H_
 #define COLLECTIVED_DAEMON_REGISTRY_H_
 
@@ -93,6 +96,9 @@ struct BufferInfo {
   uint64_t window_bytes;
 };
 
+struct Session;  // registry_state.h
+struct Comm;
+
 class Registry {
  public:
   explicit Registry(const DaemonConfig& config);
@@ -149,9 +155,6 @@ class Registry {
   const DaemonConfig& config() const { return config_; }
 
  private:
-  struct Session;
-  struct Comm;
-
   Status CheckServing() const;
   using Deferred = std::vector<std::function<void()>>;  // run after mu_ is released
   // REQUIRES: mu_ held. Removes `rank` of `comm` (leaving or dead).
@@ -167,7 +170,6 @@ class Registry {
                                       Deferred* after);
   // REQUIRES: mu_ held; every member joined. Allocates a GPU communicator's device memory.
   Status FormGpuLocked(Comm& comm);
-  static CommStats CommStatsOf(const Comm& comm);
 
   const DaemonConfig config_;
   std::atomic<bool> draining_{false};
