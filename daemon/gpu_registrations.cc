@@ -29,82 +29,87 @@ Status Registry::DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id) {
 
 void Registry::RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone done) {
   Deferred after;
-  Status error = [&]() -> Status {
+  Status error;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    COLLECTIVED_RETURN_IF_ERROR(CheckServing());
-    Comm* comm = nullptr;
-    COLLECTIVED_RETURN_IF_ERROR(MemberLocked(req.session_id, req.comm_id, req.rank, &comm));
-    if (!comm->gpu) return Status::FailedPrecondition("buffer registration needs a GPU communicator");
-    if (comm->seg.aborted()) return comm->seg.AbortStatus();
-    Session& s = *sessions_.at(req.session_id);
-    auto dit = s.deposits.find(req.deposit_id);
-    if (dit == s.deposits.end()) {
-      return Status::NotFound("deposit " + std::to_string(req.deposit_id) +
-                              " not found: send the allocation's fd over the fd socket first");
-    }
-    if (req.bytes == 0 || req.offset > req.allocation_bytes || req.bytes > req.allocation_bytes - req.offset) {
-      return Status::InvalidArgument("buffer [" + std::to_string(req.offset) + ", +" + std::to_string(req.bytes) +
-                                     ") is empty or outside its allocation of " +
-                                     std::to_string(req.allocation_bytes) + " bytes");
-    }
-    const uint32_t world = comm->world_size, r = req.rank;
-    const uint64_t id = ++comm->registrations_made[r];
-    GpuRegistration& g = comm->registrations[id];
-    if (g.fds.empty()) {
-      g.fds.resize(world);
-      g.allocation_bytes.assign(world, 0);
-      g.offsets.assign(world, 0);
-      g.bytes.assign(world, 0);
-      g.window_ids.assign(world, 0);
-      g.pending.resize(world);
-      g.released.assign(world, false);
-      g.deadline_ns = ring::NowNs() + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
-    }
-    g.fds[r] = std::move(dit->second);
-    s.deposits.erase(dit);
-    g.allocation_bytes[r] = req.allocation_bytes;
-    g.offsets[r] = req.offset;
-    g.bytes[r] = req.bytes;
-    g.pending[r] = std::move(done);
-    if (++g.arrived < world) return Status::Ok();  // answered when the last rank registers
-
-    // Every rank registered buffer `id`: peers address each other's at the
-    // same offsets, so the sizes must agree.
-    Status formed;
-    for (uint32_t k = 1; k < world && formed.ok(); ++k) {
-      if (g.bytes[k] != g.bytes[0]) {
-        formed = Status::InvalidArgument("ranks registered buffers of different sizes as registered buffer " +
-                                         std::to_string(id) + ": rank 0 " + std::to_string(g.bytes[0]) +
-                                         " bytes, rank " + std::to_string(k) + " " + std::to_string(g.bytes[k]));
-      }
-    }
-    if (formed.ok() && comm->gpu_executor) {  // daemon-executed: the fused launch addresses them here
-      std::vector<int> fds;
-      for (const SharedFd& fd : g.fds) fds.push_back(*fd);
-      formed = comm->gpu_executor->AddCallersBuffer(id, fds, g.allocation_bytes, g.offsets, g.bytes[0]);
-    }
-    GpuRegisterResult result;
-    result.buffer_id = id;
-    if (formed.ok()) {
-      g.formed = true;
-      for (uint32_t k = 0; k < world; ++k) {
-        g.window_ids[k] = next_id_++;
-        registered_windows_[g.window_ids[k]] = {comm->id, id, k};
-        result.allocations.push_back({g.window_ids[k], g.allocation_bytes[k], comm->device_uuids[k], ""});
-        result.offsets.push_back(g.offsets[k]);
-      }
-      spdlog::info("communicator {} '{}': registered buffer {} of {} bytes on every rank", comm->id, comm->key, id,
-                   g.bytes[0]);
-    }
-    for (auto& d : g.pending) {
-      after.push_back([d = std::move(d), formed, result] { d(formed, result); });
-    }
-    g.pending.assign(world, nullptr);
-    if (!formed.ok()) comm->registrations.erase(id);
-    return Status::Ok();
-  }();
+    error = RegisterGpuBufferLocked(req, &done, &after);
+  }
   for (auto& f : after) f();
   if (!error.ok()) done(error, GpuRegisterResult{});
+}
+
+Status Registry::RegisterGpuBufferLocked(const GpuRegisterRequest& req, GpuRegisterDone* done, Deferred* after) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+  Comm* comm = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(MemberLocked(req.session_id, req.comm_id, req.rank, &comm));
+  if (!comm->gpu) return Status::FailedPrecondition("buffer registration needs a GPU communicator");
+  if (comm->seg.aborted()) return comm->seg.AbortStatus();
+  Session& s = *sessions_.at(req.session_id);
+  auto dit = s.deposits.find(req.deposit_id);
+  if (dit == s.deposits.end()) {
+    return Status::NotFound("deposit " + std::to_string(req.deposit_id) +
+                            " not found: send the allocation's fd over the fd socket first");
+  }
+  if (req.bytes == 0 || req.offset > req.allocation_bytes || req.bytes > req.allocation_bytes - req.offset) {
+    return Status::InvalidArgument("buffer [" + std::to_string(req.offset) + ", +" + std::to_string(req.bytes) +
+                                   ") is empty or outside its allocation of " +
+                                   std::to_string(req.allocation_bytes) + " bytes");
+  }
+  const uint32_t world = comm->world_size, r = req.rank;
+  const uint64_t id = ++comm->registrations_made[r];
+  GpuRegistration& g = comm->registrations[id];
+  if (g.fds.empty()) {
+    g.fds.resize(world);
+    g.allocation_bytes.assign(world, 0);
+    g.offsets.assign(world, 0);
+    g.bytes.assign(world, 0);
+    g.window_ids.assign(world, 0);
+    g.pending.resize(world);
+    g.released.assign(world, false);
+    g.deadline_ns = ring::NowNs() + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
+  }
+  g.fds[r] = std::move(dit->second);
+  s.deposits.erase(dit);
+  g.allocation_bytes[r] = req.allocation_bytes;
+  g.offsets[r] = req.offset;
+  g.bytes[r] = req.bytes;
+  g.pending[r] = std::move(*done);
+  if (++g.arrived < world) return Status::Ok();  // answered when the last rank registers
+
+  // Every rank registered buffer `id`: peers address each other's at the
+  // same offsets, so the sizes must agree.
+  Status formed;
+  for (uint32_t k = 1; k < world && formed.ok(); ++k) {
+    if (g.bytes[k] != g.bytes[0]) {
+      formed = Status::InvalidArgument("ranks registered buffers of different sizes as registered buffer " +
+                                       std::to_string(id) + ": rank 0 " + std::to_string(g.bytes[0]) +
+                                       " bytes, rank " + std::to_string(k) + " " + std::to_string(g.bytes[k]));
+    }
+  }
+  if (formed.ok() && comm->gpu_executor) {  // daemon-executed: the fused launch addresses them here
+    std::vector<int> fds;
+    for (const SharedFd& fd : g.fds) fds.push_back(*fd);
+    formed = comm->gpu_executor->AddCallersBuffer(id, fds, g.allocation_bytes, g.offsets, g.bytes[0]);
+  }
+  GpuRegisterResult result;
+  result.buffer_id = id;
+  if (formed.ok()) {
+    g.formed = true;
+    for (uint32_t k = 0; k < world; ++k) {
+      g.window_ids[k] = next_id_++;
+      registered_windows_[g.window_ids[k]] = {comm->id, id, k};
+      result.allocations.push_back({g.window_ids[k], g.allocation_bytes[k], comm->device_uuids[k], ""});
+      result.offsets.push_back(g.offsets[k]);
+    }
+    spdlog::info("communicator {} '{}': registered buffer {} of {} bytes on every rank", comm->id, comm->key, id,
+                 g.bytes[0]);
+  }
+  for (auto& d : g.pending) {
+    after->push_back([d = std::move(d), formed, result] { d(formed, result); });
+  }
+  g.pending.assign(world, nullptr);
+  if (!formed.ok()) comm->registrations.erase(id);
+  return Status::Ok();
 }
 
 Status Registry::DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id) {

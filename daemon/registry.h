@@ -155,21 +155,46 @@ class Registry {
   const DaemonConfig& config() const { return config_; }
 
  private:
-  Status CheckServing() const;
   using Deferred = std::vector<std::function<void()>>;  // run after mu_ is released
-  // REQUIRES: mu_ held. Removes `rank` of `comm` (leaving or dead).
-  void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after);
-  // REQUIRES: mu_ held; `comm` still forming. Answers rank's join with `status` and withdraws it.
-  void WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after);
+
+  // registry_state.h. UNAVAILABLE while draining.
+  Status CheckServing() const;
+  // REQUIRES: mu_ held. *comm: `comm_id` if `session_id` is its formed `rank`.
   Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
+
+  // registry.cc. Leaves every communicator of the session and frees what it held.
   void CleanupSession(uint64_t session_id, const std::string& why);
+
+  // buffers.cc. REQUIRES: mu_ held. True while a posted op not yet completed names the buffer.
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);
-  // REQUIRES: mu_ held. Answers every registration of `comm` still waiting
-  // for ranks with `status` (or only those past their deadline) and drops them.
+
+  // join.cc. All REQUIRE mu_ held.
+  // Join's work; on success takes *done (answered later through `after`).
+  Status JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after);
+  // A member that cannot join: records the refusal, withdraws the members
+  // waiting, and returns FAILED_PRECONDITION with its reason. Any other:
+  // FAILED_PRECONDITION while its key is refused, else OK.
+  Status ApplyRefusalLocked(const JoinRequest& req, Deferred* after);
+  // *out: the communicator forming under req.key (checked against the
+  // earlier members), or a new one with its segment.
+  Status FindOrCreateCommLocked(const JoinRequest& req, Comm** out);
+  // Every member joined: forms `comm` and answers every member (or, when a
+  // GPU communicator's memory fails, withdraws them all with the reason).
+  void FormLocked(Comm& comm, Deferred* after);
+  // Every member joined. Allocates a GPU communicator's device memory.
+  Status FormGpuLocked(Comm& comm);
+  // `comm` still forming. Answers rank's join with `status` and withdraws it.
+  void WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after);
+  // Removes `rank` of `comm` (leaving or dead); may drop `comm`.
+  void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after);
+
+  // gpu_registrations.cc. All REQUIRE mu_ held.
+  // RegisterGpuBuffer's work; on success takes *done (answered later through `after`).
+  Status RegisterGpuBufferLocked(const GpuRegisterRequest& req, GpuRegisterDone* done, Deferred* after);
+  // Answers every registration of `comm` still waiting for ranks with
+  // `status` (or only those past their deadline) and drops them.
   void FailPendingRegistrationsLocked(Comm& comm, const Status& status, bool expired_only, int64_t now_ns,
                                       Deferred* after);
-  // REQUIRES: mu_ held; every member joined. Allocates a GPU communicator's device memory.
-  Status FormGpuLocked(Comm& comm);
 
   const DaemonConfig config_;
   std::atomic<bool> draining_{false};

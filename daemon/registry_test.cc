@@ -352,8 +352,8 @@ TEST_F(RegistryTest, SessionCleanupFreesWhatItHeldAndAbortsItsCommunicators) {
   ASSERT_EQ(stats.communicators.size(), 1u);
   const CommStats& c = stats.communicators[0];
   EXPECT_TRUE(c.aborted);  // rank 1 would wait for rank 0 forever
-  EXPECT_EQ(c.abort_reason,
-            "communicator aborted: rank 0 left: session " + std::to_string(s0) + " (pid " + std::to_string(kPid) + ") detached");
+  EXPECT_EQ(c.abort_reason, "communicator aborted: rank 0 left: session " + std::to_string(s0) + " (pid " +
+                                std::to_string(kPid) + ") detached");
   EXPECT_EQ(c.ranks[0].session_id, 0u);
   EXPECT_EQ(c.ranks[1].session_id, s1);
   Status again = reg_.Detach(s0);
