@@ -10,7 +10,7 @@ namespace collectived::daemon {
 Status Registry::AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
   if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto sit = sessions_.find(session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   if (bytes > config_.max_buffer_bytes || buffer_bytes_ > config_.max_buffer_bytes - bytes) {
@@ -50,7 +50,7 @@ bool Registry::BufferInUseLocked(uint64_t session_id, uint64_t buffer_id) {
 
 Status Registry::FreeBuffer(uint64_t session_id, uint64_t buffer_id) {
   std::shared_ptr<ipc::ShmWindow> drop;  // unmapped after the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto sit = sessions_.find(session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   auto bit = sit->second->buffers.find(buffer_id);
@@ -69,7 +69,7 @@ Status Registry::FreeBuffer(uint64_t session_id, uint64_t buffer_id) {
 
 Status Registry::ResolveBuffer(uint64_t comm_id, uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes,
                                void** ptr) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto cit = comms_.find(comm_id);
   if (cit == comms_.end() || rank >= cit->second->members.size() || cit->second->members[rank] == 0) {
     return Status::NotFound("rank " + std::to_string(rank) + " has left the communicator");
@@ -91,7 +91,7 @@ Status Registry::ResolveBuffer(uint64_t comm_id, uint32_t rank, uint64_t buffer_
 }
 
 Status Registry::FetchWindow(uint64_t session_id, uint64_t window_id, WindowFd* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto sit = sessions_.find(session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   Session& s = *sit->second;

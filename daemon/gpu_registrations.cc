@@ -15,7 +15,7 @@ constexpr size_t kMaxDepositsPerSession = 64;
 
 Status Registry::DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id) {
   SharedFd owned = OwnFd(fd);  // closed on every refusal below
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto sit = sessions_.find(session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   if (sit->second->deposits.size() >= kMaxDepositsPerSession) {
@@ -31,7 +31,7 @@ void Registry::RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone 
   Deferred after;
   Status error;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     error = RegisterGpuBufferLocked(req, &done, &after);
   }
   for (auto& f : after) f();
@@ -113,7 +113,7 @@ Status Registry::RegisterGpuBufferLocked(const GpuRegisterRequest& req, GpuRegis
 }
 
 Status Registry::DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Comm* comm = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
   auto it = comm->registrations.find(buffer_id);

@@ -173,7 +173,7 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
   Deferred after;
   Status error;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     error = JoinLocked(req, &done, &after);
   }
   for (auto& f : after) f();  // a refusal (cannot_join) withdraws the waiting members too
@@ -370,7 +370,7 @@ void Registry::WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& statu
 void Registry::CancelPendingJoins(const std::string& why) {
   Deferred after;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     std::vector<std::pair<uint64_t, uint32_t>> pending;
     for (auto& [id, c] : comms_) {
       if (c->formed) continue;
@@ -457,7 +457,7 @@ Status Registry::DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint
   Deferred after;
   Status s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     Comm* comm = nullptr;
     s = MemberLocked(session_id, comm_id, rank, &comm);
     if (s.ok()) LeaveLocked(*comm, rank, "destroyed the communicator", &after);

@@ -17,20 +17,20 @@ Registry::Registry(const DaemonConfig& config) : config_(config) {}
 Registry::~Registry() {
   std::vector<uint64_t> ids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& [id, s] : sessions_) ids.push_back(id);
   }
   for (uint64_t id : ids) CleanupSession(id, "daemon shutting down");
 }
 
 size_t Registry::session_count() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return sessions_.size();
 }
 
 Status Registry::RegisterPlan(uint64_t session_id, uint64_t comm_id, uint32_t rank, const ring::OpDescriptor& desc,
                               uint64_t* plans) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Comm* comm = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
   // Sizes are checked when the op runs (heap ops may exceed the slot); here
@@ -45,7 +45,7 @@ Status Registry::RegisterPlan(uint64_t session_id, uint64_t comm_id, uint32_t ra
 Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc,
                         uint64_t* index) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Comm* comm = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
   if (comm->mode != ExecutionMode::kDaemon) {
@@ -85,7 +85,7 @@ Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ri
   // resolve buffers. The window keeps the segment mapped meanwhile.
   std::shared_ptr<ipc::ShmWindow> keep = comm->window;
   const ring::CommSegment posted_seg = seg;
-  lock.unlock();
+  lock.Unlock();
   ring::WaitContext ctx{&posted_seg, nullptr,
                         ring::NowNs() + static_cast<int64_t>(posted_seg.header().op_timeout_ns)};
   return ring::PostOp(posted_seg, rank, desc, ctx, index);
@@ -93,7 +93,7 @@ Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ri
 
 Status Registry::QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t index, bool* done,
                          Status* op_status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Comm* comm = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(MemberLocked(session_id, comm_id, rank, &comm));
   const uint64_t posted = comm->seg.control(rank).next_index.value.load(std::memory_order_acquire);
@@ -109,7 +109,7 @@ Status Registry::QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, u
 void Registry::CleanupSession(uint64_t session_id, const std::string& why) {
   Deferred after;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto sit = sessions_.find(session_id);
     if (sit == sessions_.end()) return;
     Session& s = *sit->second;
@@ -135,7 +135,7 @@ void Registry::Housekeeping() {
   std::vector<uint64_t> unbound;
   Deferred after;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const int64_t now = ring::NowNs();
     for (auto it = refused_keys_.begin(); it != refused_keys_.end();) {  // keys used once never come back
       it = it->second.until_ns <= now ? refused_keys_.erase(it) : std::next(it);

@@ -20,7 +20,7 @@ uint64_t RandomToken() {
 
 Status Registry::Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto s = std::make_unique<Session>();
   s->id = next_id_++;
   s->token = RandomToken();
@@ -36,7 +36,7 @@ Status Registry::Attach(const std::string& name, uint32_t pid, uint64_t* session
 
 Status Registry::Detach(uint64_t session_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!sessions_.count(session_id)) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   }
   CleanupSession(session_id, "detached");
@@ -44,7 +44,7 @@ Status Registry::Detach(uint64_t session_id) {
 }
 
 Status Registry::BindConnection(uint64_t session_id, uint64_t token) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
   if (it->second->token != token) return Status::PermissionDenied("wrong session token");

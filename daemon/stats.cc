@@ -77,7 +77,7 @@ CommStats CommStatsOf(const Comm& c) {
 }
 
 RegistryStats Registry::Stats() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RegistryStats out;
   out.sessions = sessions_.size();
   for (auto& [id, s] : sessions_) out.buffers += s->buffers.size();
