@@ -1,15 +1,29 @@
 // Daemon settings, filled from flags > COLLECTIVED_* env > TOML file > defaults.
+// Options with a fixed set of values are enums here: their strings are
+// parsed once, at start-up (ParseConfigChoices), and never compared again.
 #ifndef COLLECTIVED_DAEMON_DAEMON_CONFIG_H_
 #define COLLECTIVED_DAEMON_DAEMON_CONFIG_H_
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "collectived/status.h"
+#include "daemon/gpu_comm_memory.h"  // GpuMemoryExport
 
 namespace collectived::daemon {
 
+// kAuto is resolved at start-up to the cuda backend where it is available,
+// else the host one; a running daemon serves kHost or kCuda.
+enum class Backend { kAuto, kHost, kCuda };
+
+// Daemon-executed GPU collectives: kFused (one kernel) or kCopyEngine (the
+// copy engines move the data, no SMs for the movement).
+enum class GpuPath { kFused, kCopyEngine };
+
 struct DaemonConfig {
   std::string socket_path = "/run/collectived/collectived.sock";
-  std::string backend = "auto";  // auto | host | cuda
+  Backend backend = Backend::kAuto;
   uint64_t max_message_bytes = 16ull << 20;  // per rank input, sizes the fixed slots
   uint64_t one_shot_max_bytes = 256ull << 10;
   uint32_t ring_depth = 64;
@@ -18,19 +32,16 @@ struct DaemonConfig {
   uint64_t max_buffer_bytes = 8ull << 30;  // all sessions' buffers together
   uint32_t drain_timeout_ms = 10000;
   std::string log_level = "info";
-  // Daemon-executed GPU all-gathers: "fused" (one kernel) or "copy-engine"
-  // (peer copies on the copy engines, no SMs).
-  std::string gpu_gather_path = "fused";
-  // Daemon-executed GPU all-reduces: "fused" (one kernel) or "copy-engine"
-  // (the copy engines gather each rank's part into a scratch area, SMs
-  // reduce it, the copy engines broadcast the result), with a scratch area of
-  // at most this many bytes per communicator (larger ops go in pieces).
-  std::string gpu_reduce_path = "fused";
+  // Daemon-executed GPU all-gathers: one kernel, or peer copies on the copy engines.
+  GpuPath gpu_gather_path = GpuPath::kFused;
+  // Daemon-executed GPU all-reduces: one kernel, or the copy engines gather
+  // each rank's part into a scratch area, SMs reduce it, the copy engines
+  // broadcast the result, with a scratch area of at most this many bytes per
+  // communicator (larger ops go in pieces).
+  GpuPath gpu_reduce_path = GpuPath::kFused;
   uint64_t gpu_copy_engine_scratch_bytes = 256ull << 20;
-  // How GPU communicator memory is shared with members: "cumem" (fds),
-  // "legacy-ipc" (cudaIpc handles), or "auto" (cumem where the devices can
-  // export it, legacy-ipc otherwise).
-  std::string gpu_memory_export = "auto";
+  // How GPU communicator memory is shared with members (see GpuMemoryExport).
+  GpuMemoryExport gpu_memory_export = GpuMemoryExport::kAuto;
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;
@@ -39,6 +50,27 @@ struct DaemonConfig {
   uint32_t debug_delay_us = 0;
   uint32_t debug_delay_copyout_us = 0;
 };
+
+// The enum options as flags, env and the TOML file spell them (the defaults
+// match DaemonConfig's).
+struct ConfigChoices {
+  std::string backend = "auto";             // --backend
+  std::string gpu_gather_path = "fused";    // --gpu-gather-path
+  std::string gpu_reduce_path = "fused";    // --gpu-reduce-path
+  std::string gpu_memory_export = "auto";   // --gpu-memory-export
+};
+
+// Sets cfg's enum options from `in`. On failure returns INVALID_ARGUMENT
+// naming the flag, its choices and the value given, and leaves cfg as it was.
+Status ParseConfigChoices(const ConfigChoices& in, DaemonConfig* cfg);
+
+// Each option's accepted spellings, in the order the help text lists them.
+std::vector<std::string> BackendChoices();
+std::vector<std::string> GpuPathChoices();
+std::vector<std::string> GpuMemoryExportChoices();
+
+// The spelling of a value, for logs and the version RPC.
+const char* BackendName(Backend backend);
 
 }  // namespace collectived::daemon
 

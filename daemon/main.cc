@@ -68,11 +68,12 @@ bool LockSocket(const std::string& socket_path, int* fd) {
 
 int main(int argc, char** argv) {
   cd::DaemonConfig cfg;
+  cd::ConfigChoices choices;  // the enum options as given; parsed into cfg below
   CLI::App app{"collectived: per-node collective runtime daemon"};
   app.set_config("--config", "", "TOML config file (e.g. /etc/collectived/collectived.toml)");
   app.add_option("--socket", cfg.socket_path, "gRPC Unix socket path")->capture_default_str();
-  app.add_option("--backend", cfg.backend, "auto | host | cuda")->capture_default_str()
-      ->check(CLI::IsMember({"auto", "host", "cuda"}));
+  app.add_option("--backend", choices.backend, "auto | host | cuda")->capture_default_str()
+      ->check(CLI::IsMember(cd::BackendChoices()));
   app.add_option("--max-message-bytes", cfg.max_message_bytes, "largest per-rank message; sizes the fixed slots")
       ->capture_default_str()->check(CLI::Range(uint64_t{8}, uint64_t{1} << 34));
   app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes, "all-reduce above this uses two-shot")
@@ -87,15 +88,15 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
       ->capture_default_str();
   app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
-  app.add_option("--gpu-gather-path", cfg.gpu_gather_path,
+  app.add_option("--gpu-gather-path", choices.gpu_gather_path,
                  "daemon-executed GPU all-gather: fused (one kernel) | copy-engine (peer copies, no SMs)")
-      ->capture_default_str()->check(CLI::IsMember({"fused", "copy-engine"}));
-  app.add_option("--gpu-reduce-path", cfg.gpu_reduce_path,
+      ->capture_default_str()->check(CLI::IsMember(cd::GpuPathChoices()));
+  app.add_option("--gpu-reduce-path", choices.gpu_reduce_path,
                  "daemon-executed GPU all-reduce: fused (one kernel) | copy-engine (copy engines move, SMs reduce)")
-      ->capture_default_str()->check(CLI::IsMember({"fused", "copy-engine"}));
-  app.add_option("--gpu-memory-export", cfg.gpu_memory_export,
+      ->capture_default_str()->check(CLI::IsMember(cd::GpuPathChoices()));
+  app.add_option("--gpu-memory-export", choices.gpu_memory_export,
                  "how members map GPU communicator memory: auto | cumem (fds) | legacy-ipc (cudaIpc handles)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "cumem", "legacy-ipc"}));
+      ->capture_default_str()->check(CLI::IsMember(cd::GpuMemoryExportChoices()));
   app.add_option("--gpu-copy-engine-scratch-bytes", cfg.gpu_copy_engine_scratch_bytes,
                  "scratch per communicator for the copy-engine all-reduce (larger ops run in pieces)")
       ->capture_default_str()->check(CLI::Range(uint64_t{1} << 16, uint64_t{1} << 40));
@@ -131,23 +132,25 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   spdlog::set_pattern(getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%d %H:%M:%S.%e [%l] %v");
 
+  // The CLI checked these already (the file and env too); this is the one
+  // place their strings become enums.
+  if (collectived::Status s = cd::ParseConfigChoices(choices, &cfg); !s.ok()) {
+    spdlog::critical("{}", s.message());
+    return 2;
+  }
   {
     std::string why_not;
     const bool cuda = collectived::daemon::CudaBackendAvailable(&why_not);
-    if (cfg.backend == "cuda" && !cuda) {
+    if (cfg.backend == cd::Backend::kCuda && !cuda) {
       spdlog::critical("backend 'cuda' requested but unavailable: {}", why_not);
       return 2;
     }
-    if (cfg.backend != "auto" && cfg.backend != "cuda" && cfg.backend != "host") {
-      spdlog::critical("--backend must be auto, host or cuda, got '{}'", cfg.backend);
-      return 2;
-    }
-    if (cfg.backend == "auto") {
-      cfg.backend = cuda ? "cuda" : "host";
+    if (cfg.backend == cd::Backend::kAuto) {
+      cfg.backend = cuda ? cd::Backend::kCuda : cd::Backend::kHost;
       if (!cuda) spdlog::info("backend auto: host ({})", why_not);
     }
   }
-  if (cfg.unsafe_size_dependent_slots && cfg.backend != "cuda") {
+  if (cfg.unsafe_size_dependent_slots && cfg.backend != cd::Backend::kCuda) {
     // The host backend's unconditional end barrier makes a slot's position
     // irrelevant there (docs/protocol.md): the flag would re-create nothing.
     spdlog::critical("--unsafe-size-dependent-slots re-creates a GPU staging bug; it needs --backend cuda");
@@ -207,8 +210,8 @@ int main(int argc, char** argv) {
   chmod(cfg.socket_path.c_str(), 0660);
   server->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("collectived {} serving unix:{} (fd socket {}), backend {}, max message {} bytes, op timeout {} ms",
-               COLLECTIVED_VERSION, cfg.socket_path, fd_server.path(), cfg.backend, cfg.max_message_bytes,
-               cfg.op_timeout_ms);
+               COLLECTIVED_VERSION, cfg.socket_path, fd_server.path(), cd::BackendName(cfg.backend),
+               cfg.max_message_bytes, cfg.op_timeout_ms);
   // The host backend does not need MPS; say what GPU work on this node would get.
   spdlog::info("{}", cd::DetectMps().Describe());
   cd::NotifyReady();

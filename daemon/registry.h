@@ -1,6 +1,9 @@
 // The daemon's state: sessions, buffers, communicators and their segments,
 // and the daemon-side rank executors. Control-plane only (one mutex): the hot
 // path is the rings, which the registry never touches per op.
+// Methods are defined by concern: registry.cc (the facade: cleanup,
+// housekeeping, per-op calls), sessions.cc, buffers.cc, join.cc,
+// gpu_registrations.cc and stats.cc; their records are in registry_state.h.
 #ifndef COLLECTIVED_DAEMON_REGISTRY_H_
 #define COLLECTIVED_DAEMON_REGISTRY_H_
 
@@ -9,15 +12,16 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "collectived/status.h"
 #include "collectived/types.h"
-#include "collectived/v1/collectived.pb.h"
 #include "daemon/daemon_config.h"
+#include "daemon/stats.h"
 #include "ipc/shm_window.h"
 #include "executor/host_executor.h"
 #include "ring/segment_layout.h"
@@ -49,7 +53,7 @@ struct JoinResult {
   uint64_t window_id = 0;
   uint64_t window_bytes = 0;
   ExecutionMode mode = ExecutionMode::kDefault;
-  // GPU communicators only (see kernels/device/gpu_comm_layout.h).
+  // GPU communicators only (see ring/gpu_control_layout.h).
   bool gpu = false;
   GpuWindowInfo gpu_control;
   std::vector<GpuWindowInfo> gpu_ranks;
@@ -93,90 +97,127 @@ struct BufferInfo {
   uint64_t window_bytes;
 };
 
+struct Session;  // registry_state.h
+struct Comm;
+
+// Thread-safe: every public method takes the one lock itself (EXCLUDES), and
+// runs callbacks (`done`) after letting go of it.
 class Registry {
  public:
   explicit Registry(const DaemonConfig& config);
   ~Registry();
 
-  Status Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token);
-  Status Detach(uint64_t session_id);
+  Status Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token) COLLECTIVED_EXCLUDES(mu_);
+  Status Detach(uint64_t session_id) COLLECTIVED_EXCLUDES(mu_);
   // The fd-socket connection of a session: its lease.
-  Status BindConnection(uint64_t session_id, uint64_t token);
-  void ConnectionClosed(uint64_t session_id);
+  Status BindConnection(uint64_t session_id, uint64_t token) COLLECTIVED_EXCLUDES(mu_);
+  void ConnectionClosed(uint64_t session_id) COLLECTIVED_EXCLUDES(mu_);
   // The fd of a window (a buffer's, a communicator's segment, or a GPU
   // communicator's device memory) for a session allowed to map it.
-  Status FetchWindow(uint64_t session_id, uint64_t window_id, WindowFd* out);
+  Status FetchWindow(uint64_t session_id, uint64_t window_id, WindowFd* out) COLLECTIVED_EXCLUDES(mu_);
 
-  Status AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out);
-  Status FreeBuffer(uint64_t session_id, uint64_t buffer_id);
+  Status AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out) COLLECTIVED_EXCLUDES(mu_);
+  Status FreeBuffer(uint64_t session_id, uint64_t buffer_id) COLLECTIVED_EXCLUDES(mu_);
 
   // Calls `done` exactly once: when every member joined, or on error/expiry.
-  void Join(const JoinRequest& req, JoinDone done);
-  Status DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint32_t rank);
+  void Join(const JoinRequest& req, JoinDone done) COLLECTIVED_EXCLUDES(mu_);
+  Status DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint32_t rank) COLLECTIVED_EXCLUDES(mu_);
 
-  Status Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc, uint64_t* index);
+  Status Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ring::OpDescriptor desc, uint64_t* index)
+      COLLECTIVED_EXCLUDES(mu_);
   // Records a GPU op captured into a graph by `rank` (kind, type, op and
   // count checked); *plans: that rank's registered plans so far.
   Status RegisterPlan(uint64_t session_id, uint64_t comm_id, uint32_t rank, const ring::OpDescriptor& desc,
-                      uint64_t* plans);
+                      uint64_t* plans) COLLECTIVED_EXCLUDES(mu_);
   // *done and, when done, *op_status of op `index` of `rank` (the session's).
   Status QueryOp(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t index, bool* done,
-                 Status* op_status);
+                 Status* op_status) COLLECTIVED_EXCLUDES(mu_);
   // Resolves a buffer of the session holding `rank` of `comm_id`, for the
   // daemon-side executors.
   Status ResolveBuffer(uint64_t comm_id, uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes,
-                       void** ptr);
+                       void** ptr) COLLECTIVED_EXCLUDES(mu_);
 
   // Takes `fd` (a client's own allocation, sent over its fd socket) until a
   // RegisterGpuBuffer of the same session claims it, or the session ends.
-  Status DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id);
+  Status DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id) COLLECTIVED_EXCLUDES(mu_);
   // Calls `done` exactly once: when every rank registered its buffer of this
   // index, or on error, the join timeout, or a rank leaving.
-  void RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone done);
+  void RegisterGpuBuffer(const GpuRegisterRequest& req, GpuRegisterDone done) COLLECTIVED_EXCLUDES(mu_);
   // The daemon keeps every rank's allocation fd until all ranks deregistered
   // the buffer (or the communicator closes): a slow peer can still import it.
-  Status DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id);
+  Status DeregisterGpuBuffer(uint64_t session_id, uint64_t comm_id, uint32_t rank, uint64_t buffer_id)
+      COLLECTIVED_EXCLUDES(mu_);
 
-  void FillStats(v1::GetStatsResponse* out);
+  RegistryStats Stats() COLLECTIVED_EXCLUDES(mu_);
   // Expires joins past their deadline. Called periodically.
-  void Housekeeping();
+  void Housekeeping() COLLECTIVED_EXCLUDES(mu_);
   // Fails every join still waiting (UNAVAILABLE), before the server shuts down.
-  void CancelPendingJoins(const std::string& why);
+  void CancelPendingJoins(const std::string& why) COLLECTIVED_EXCLUDES(mu_);
 
   void SetDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
-  size_t session_count();
+  size_t session_count() COLLECTIVED_EXCLUDES(mu_);
   const DaemonConfig& config() const { return config_; }
 
  private:
-  struct Session;
-  struct Comm;
-
-  Status CheckServing() const;
   using Deferred = std::vector<std::function<void()>>;  // run after mu_ is released
-  // REQUIRES: mu_ held. Removes `rank` of `comm` (leaving or dead).
-  void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after);
-  // REQUIRES: mu_ held; `comm` still forming. Answers rank's join with `status` and withdraws it.
-  void WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after);
-  Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm);
-  void CleanupSession(uint64_t session_id, const std::string& why);
-  bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id);
-  // REQUIRES: mu_ held. Answers every registration of `comm` still waiting
-  // for ranks with `status` (or only those past their deadline) and drops them.
+
+  // Lock rules are annotations clang checks (tests/thread_safety_check.sh):
+  // ...Locked methods REQUIRE mu_; those that take it EXCLUDE it.
+
+  // registry_state.h. UNAVAILABLE while draining (no lock: an atomic).
+  Status CheckServing() const;
+  // *comm: `comm_id` if `session_id` is its formed `rank`.
+  Status MemberLocked(uint64_t session_id, uint64_t comm_id, uint32_t rank, Comm** comm)
+      COLLECTIVED_REQUIRES(mu_);
+
+  // registry.cc. Leaves every communicator of the session and frees what it held.
+  void CleanupSession(uint64_t session_id, const std::string& why) COLLECTIVED_EXCLUDES(mu_);
+
+  // buffers.cc. True while a posted op not yet completed names the buffer.
+  bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id) COLLECTIVED_REQUIRES(mu_);
+
+  // join.cc.
+  // Join's work; on success takes *done (answered later through `after`).
+  Status JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // A member that cannot join: records the refusal, withdraws the members
+  // waiting, and returns FAILED_PRECONDITION with its reason. Any other:
+  // FAILED_PRECONDITION while its key is refused, else OK.
+  Status ApplyRefusalLocked(const JoinRequest& req, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // *out: the communicator forming under req.key (checked against the
+  // earlier members), or a new one with its segment.
+  Status FindOrCreateCommLocked(const JoinRequest& req, Comm** out) COLLECTIVED_REQUIRES(mu_);
+  // Every member joined: forms `comm` and answers every member (or, when a
+  // GPU communicator's memory fails, withdraws them all with the reason).
+  void FormLocked(Comm& comm, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // Every member joined. Allocates a GPU communicator's device memory.
+  Status FormGpuLocked(Comm& comm) COLLECTIVED_REQUIRES(mu_);
+  // `comm` still forming. Answers rank's join with `status` and withdraws it.
+  void WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after)
+      COLLECTIVED_REQUIRES(mu_);
+  // Removes `rank` of `comm` (leaving or dead); may drop `comm`.
+  void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+
+  // gpu_registrations.cc.
+  // RegisterGpuBuffer's work; on success takes *done (answered later through `after`).
+  Status RegisterGpuBufferLocked(const GpuRegisterRequest& req, GpuRegisterDone* done, Deferred* after)
+      COLLECTIVED_REQUIRES(mu_);
+  // Answers every registration of `comm` still waiting for ranks with
+  // `status` (or only those past their deadline) and drops them.
   void FailPendingRegistrationsLocked(Comm& comm, const Status& status, bool expired_only, int64_t now_ns,
-                                      Deferred* after);
-  // REQUIRES: mu_ held; every member joined. Allocates a GPU communicator's device memory.
-  Status FormGpuLocked(Comm& comm);
-  static void FillCommStats(const Comm& comm, v1::CommunicatorStats* out);
+                                      Deferred* after) COLLECTIVED_REQUIRES(mu_);
 
   const DaemonConfig config_;
   std::atomic<bool> draining_{false};
-  std::mutex mu_;
-  uint64_t next_id_ = 1;  // one id space for sessions, buffers, windows, communicators
-  uint64_t buffer_bytes_ = 0;
-  std::map<uint64_t, std::unique_ptr<Session>> sessions_;
-  std::map<uint64_t, std::unique_ptr<Comm>> comms_;
-  std::map<std::string, uint64_t> comm_by_key_;
+  // The one lock of the control plane. It guards the maps below and, since
+  // they are reached only through these maps, every Session and Comm record
+  // (whose fields clang cannot tie to this lock).
+  Mutex mu_;
+  uint64_t next_id_ COLLECTIVED_GUARDED_BY(mu_) = 1;  // one id space for sessions, buffers, windows, communicators
+  uint64_t buffer_bytes_ COLLECTIVED_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_ COLLECTIVED_GUARDED_BY(mu_);
+  std::map<uint64_t, std::unique_ptr<Comm>> comms_ COLLECTIVED_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> comm_by_key_ COLLECTIVED_GUARDED_BY(mu_);  // communicators still forming
   // Keys a member said it cannot join: why, until when (ns) later members
   // are refused with that reason, and which ranks were told (once all were,
   // the key is free again).
@@ -186,15 +227,17 @@ class Registry {
     uint32_t world_size = 0;
     std::set<uint32_t> told;
   };
-  std::map<std::string, Refusal> refused_keys_;
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> gpu_windows_;  // window id -> (comm id, window index)
+  std::map<std::string, Refusal> refused_keys_ COLLECTIVED_GUARDED_BY(mu_);
+  // Window id -> (comm id, window index) of GPU communicators' device memory.
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> gpu_windows_ COLLECTIVED_GUARDED_BY(mu_);
   struct RegisteredWindow {
     uint64_t comm_id;
     uint64_t buffer_id;
     uint32_t rank;
   };
-  std::map<uint64_t, RegisteredWindow> registered_windows_;  // window id -> a rank's registered allocation
-  std::deque<v1::CommunicatorStats> recently_closed_;
+  // Window id -> a rank's registered allocation.
+  std::map<uint64_t, RegisteredWindow> registered_windows_ COLLECTIVED_GUARDED_BY(mu_);
+  std::deque<CommStats> recently_closed_ COLLECTIVED_GUARDED_BY(mu_);  // the last 16, newest last
 };
 
 }  // namespace collectived::daemon

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "collectived/api_version.h"
+#include "daemon/stats.h"
 #include "proto/status_convert.h"
 #include "ring/wait.h"
 
@@ -28,6 +29,39 @@ ring::OpDescriptor FromProto(const v1::OpRequest& op) {
   d.recv_buffer_id = op.recv_buffer_id();
   d.recv_offset = op.recv_offset();
   return d;
+}
+
+void ToProto(const CommStats& in, v1::CommunicatorStats* out) {
+  out->set_comm_id(in.comm_id);
+  out->set_key(in.key);
+  out->set_world_size(in.world_size);
+  out->set_mode(static_cast<v1::ExecutionMode>(in.mode));
+  out->set_posted(in.posted);
+  out->set_matched(in.matched);
+  out->set_completed(in.completed);
+  out->set_failed(in.failed);
+  out->set_aborted(in.aborted);
+  out->set_abort_reason(in.abort_reason);
+  for (const RankStats& r : in.ranks) {
+    auto* rs = out->add_ranks();
+    rs->set_rank(r.rank);
+    rs->set_session_id(r.session_id);
+    rs->set_posted(r.posted);
+    rs->set_completed(r.completed);
+    rs->set_captured_plans(r.captured_plans);
+  }
+  out->set_closed(in.closed);
+  out->set_gpu_handoff_us_mean(in.gpu_handoff_us_mean);
+  out->set_registered_buffers(in.registered_buffers);
+}
+
+void ToProto(const RegistryStats& in, v1::GetStatsResponse* out) {
+  out->set_sessions(in.sessions);
+  out->set_buffers(in.buffers);
+  out->set_buffer_bytes(in.buffer_bytes);
+  out->set_draining(in.draining);
+  for (const CommStats& c : in.communicators) ToProto(c, out->add_communicators());
+  for (const CommStats& c : in.recently_closed) ToProto(c, out->add_recently_closed());
 }
 
 }  // namespace
@@ -57,12 +91,12 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServer
 #ifdef COLLECTIVED_HAVE_CUDA
   resp->add_backends("cuda");
 #endif
-  resp->set_active_backend(registry_->config().backend);
+  resp->set_active_backend(BackendName(registry_->config().backend));
   for (const char* cap : {"mode.client", "mode.daemon", "op.all_reduce", "op.all_gather", "algo.one_shot",
                           "algo.two_shot", "rpc.submit", "fd.memfd"}) {
     resp->add_capabilities(cap);
   }
-  if (registry_->config().backend == "cuda") {
+  if (registry_->config().backend == Backend::kCuda) {
     for (const char* cap : {"gpu.client_executed", "gpu.symmetric_heap", "gpu.device_matcher", "fd.cumem",
                             "gpu.registered_buffers"}) {
       resp->add_capabilities(cap);
@@ -266,7 +300,7 @@ void CollectiveServiceImpl::WaiterLoop() {
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::GetStats(grpc::CallbackServerContext* ctx,
                                                           const v1::GetStatsRequest*, v1::GetStatsResponse* resp) {
-  registry_->FillStats(resp);
+  ToProto(registry_->Stats(), resp);
   return Done(ctx, Status::Ok());
 }
 

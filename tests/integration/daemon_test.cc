@@ -758,6 +758,13 @@ TEST(DaemonLifecycleTest, BadFlagsAreRefused) {
     testing::Process p(argv, dir.path() + "/bad.log");
     EXPECT_EQ(p.Wait(5000), 2) << flags[0] << ": " << p.Output();
   }
+  // Options with a fixed set of values: the CLI refuses others, naming the flag.
+  for (const char* flag : {"--backend", "--gpu-gather-path", "--gpu-reduce-path", "--gpu-memory-export"}) {
+    testing::Process p({COLLECTIVED_DAEMON_BIN, "--socket", dir.path() + "/x.sock", flag, "rocm"},
+                       dir.path() + "/bad-choice.log");
+    EXPECT_NE(p.Wait(5000), 0) << flag << ": " << p.Output();
+    EXPECT_NE(p.Output().find(std::string(flag) + ": rocm not in"), std::string::npos) << p.Output();
+  }
 }
 
 TEST(DaemonLifecycleTest, ConfigFileAndEnvironmentFollowPrecedence) {

@@ -1,0 +1,65 @@
+#include "daemon/daemon_config.h"
+
+#include <iterator>
+
+namespace collectived::daemon {
+namespace {
+
+template <typename E>
+struct Spelling {
+  const char* name;
+  E value;
+};
+
+constexpr Spelling<Backend> kBackends[] = {
+    {"auto", Backend::kAuto}, {"host", Backend::kHost}, {"cuda", Backend::kCuda}};
+constexpr Spelling<GpuPath> kGpuPaths[] = {{"fused", GpuPath::kFused}, {"copy-engine", GpuPath::kCopyEngine}};
+constexpr Spelling<GpuMemoryExport> kGpuMemoryExports[] = {
+    {"auto", GpuMemoryExport::kAuto}, {"cumem", GpuMemoryExport::kCuMem}, {"legacy-ipc", GpuMemoryExport::kLegacyIpc}};
+
+template <typename E, size_t N>
+std::vector<std::string> Names(const Spelling<E> (&table)[N]) {
+  std::vector<std::string> out;
+  for (const auto& s : table) out.push_back(s.name);
+  return out;
+}
+
+// "--flag must be a, b or c, got 'x'": the form main.cc has always used.
+template <typename E, size_t N>
+Status Parse(const char* flag, const Spelling<E> (&table)[N], const std::string& text, E* out) {
+  std::string choices;
+  for (size_t i = 0; i < N; ++i) {
+    if (table[i].name == text) {
+      *out = table[i].value;
+      return Status::Ok();
+    }
+    choices += (i == 0 ? "" : i + 1 == N ? " or " : ", ") + std::string(table[i].name);
+  }
+  return Status::InvalidArgument(std::string(flag) + " must be " + choices + ", got '" + text + "'");
+}
+
+}  // namespace
+
+Status ParseConfigChoices(const ConfigChoices& in, DaemonConfig* cfg) {
+  DaemonConfig parsed = *cfg;
+  COLLECTIVED_RETURN_IF_ERROR(Parse("--backend", kBackends, in.backend, &parsed.backend));
+  COLLECTIVED_RETURN_IF_ERROR(Parse("--gpu-gather-path", kGpuPaths, in.gpu_gather_path, &parsed.gpu_gather_path));
+  COLLECTIVED_RETURN_IF_ERROR(Parse("--gpu-reduce-path", kGpuPaths, in.gpu_reduce_path, &parsed.gpu_reduce_path));
+  COLLECTIVED_RETURN_IF_ERROR(
+      Parse("--gpu-memory-export", kGpuMemoryExports, in.gpu_memory_export, &parsed.gpu_memory_export));
+  *cfg = parsed;
+  return Status::Ok();
+}
+
+std::vector<std::string> BackendChoices() { return Names(kBackends); }
+std::vector<std::string> GpuPathChoices() { return Names(kGpuPaths); }
+std::vector<std::string> GpuMemoryExportChoices() { return Names(kGpuMemoryExports); }
+
+const char* BackendName(Backend backend) {
+  for (const auto& s : kBackends) {
+    if (s.value == backend) return s.name;
+  }
+  return "unknown";
+}
+
+}  // namespace collectived::daemon

@@ -1,0 +1,469 @@
+// Communicators forming and ending: joins (with refusals and timeouts), the
+// GPU communicator's device memory, members leaving, destruction.
+#include "daemon/registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/registry_state.h"
+#include "ring/wait.h"
+
+namespace collectived::daemon {
+
+// Resolves buffers for the daemon's executors of one communicator.
+class CommResolver : public host::BufferResolver {
+ public:
+  CommResolver(Registry* registry, uint64_t comm_id) : registry_(registry), comm_id_(comm_id) {}
+  Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) override {
+    return registry_->ResolveBuffer(comm_id_, rank, buffer_id, offset, bytes, ptr);
+  }
+  bool ResolvesPeers() const override { return true; }
+
+ private:
+  Registry* registry_;
+  uint64_t comm_id_;
+};
+
+namespace {
+
+// Stops an executor and then drops what it used, outside the registry lock
+// (an executor may be waiting for that lock inside ResolveBuffer).
+std::function<void()> StopLater(std::unique_ptr<host::RankExecutor> ex, std::shared_ptr<ipc::ShmWindow> window,
+                                std::shared_ptr<CommResolver> resolver) {
+  auto holder = std::make_shared<std::unique_ptr<host::RankExecutor>>(std::move(ex));
+  return [holder, window, resolver] {
+    if (*holder) (*holder)->Stop();
+    holder->reset();
+  };
+}
+
+// The request's own fields, before any state is looked at.
+Status ValidateJoin(const JoinRequest& req) {
+  if (req.key.empty()) return Status::InvalidArgument("communicator key is empty");
+  if (req.world_size == 0 || req.world_size > ring::kMaxRanks) {
+    return Status::InvalidArgument("world_size " + std::to_string(req.world_size) + " outside [1, " +
+                                   std::to_string(ring::kMaxRanks) + "]");
+  }
+  if (req.rank >= req.world_size) {
+    return Status::InvalidArgument("rank " + std::to_string(req.rank) + " outside world of " +
+                                   std::to_string(req.world_size));
+  }
+  if (req.mode != ExecutionMode::kDefault && req.mode != ExecutionMode::kClient &&
+      req.mode != ExecutionMode::kDaemon) {
+    return Status::InvalidArgument("unknown execution mode " + std::to_string(static_cast<uint32_t>(req.mode)));
+  }
+  return Status::Ok();
+}
+
+// A GPU member (one naming its device) needs the cuda backend and fits its
+// limits; a host member asks for no heap.
+Status ValidateDevice(const JoinRequest& req, const DaemonConfig& config) {
+  if (req.device_uuid.empty()) {
+    if (req.gpu_heap_bytes != 0) {
+      return Status::InvalidArgument("gpu_heap_bytes needs a GPU communicator (set the device)");
+    }
+    return Status::Ok();
+  }
+  if (config.backend != Backend::kCuda) {
+    return Status::FailedPrecondition(std::string("this collectived serves the '") + BackendName(config.backend) +
+                                      "' backend; GPU communicators need a daemon on the cuda backend");
+  }
+  if (req.world_size > kMaxGpuRanks) {
+    return Status::InvalidArgument("world_size " + std::to_string(req.world_size) + " above the GPU limit of " +
+                                   std::to_string(kMaxGpuRanks));
+  }
+  if (req.gpu_heap_bytes > config.max_buffer_bytes) {
+    return Status::ResourceExhausted("gpu_heap_bytes " + std::to_string(req.gpu_heap_bytes) +
+                                     " above the daemon's budget of " + std::to_string(config.max_buffer_bytes));
+  }
+  return Status::Ok();
+}
+
+ExecutionMode ModeOf(const JoinRequest& req) {
+  return req.mode == ExecutionMode::kDefault ? ExecutionMode::kClient : req.mode;
+}
+
+uint32_t OpTimeoutMsOf(const JoinRequest& req, const DaemonConfig& config) {
+  return req.op_timeout_ms == 0 ? config.op_timeout_ms : req.op_timeout_ms;
+}
+
+// A later member must ask for the communicator the earlier ones formed.
+Status CheckSameAsEarlierMembers(const Comm& comm, const JoinRequest& req, const DaemonConfig& config) {
+  const ExecutionMode mode = ModeOf(req);
+  const uint32_t timeout_ms = OpTimeoutMsOf(req, config);
+  const bool gpu = !req.device_uuid.empty();
+  if (comm.formed) {
+    return Status::AlreadyExists("communicator '" + req.key + "' is already formed; use a new key");
+  }
+  if (comm.world_size != req.world_size) {
+    return Status::InvalidArgument("world_size " + std::to_string(req.world_size) + " differs from " +
+                                   std::to_string(comm.world_size) + " of earlier members of '" + req.key + "'");
+  }
+  if (comm.mode != mode) {
+    return Status::InvalidArgument(std::string("execution mode ") + ExecutionModeName(mode) + " differs from " +
+                                   ExecutionModeName(comm.mode) + " of earlier members");
+  }
+  if (comm.op_timeout_ms != timeout_ms) {
+    return Status::InvalidArgument("op_timeout_ms " + std::to_string(timeout_ms) + " differs from " +
+                                   std::to_string(comm.op_timeout_ms) + " of earlier members");
+  }
+  if (comm.members[req.rank] != 0) {
+    return Status::AlreadyExists("rank " + std::to_string(req.rank) + " of '" + req.key + "' already joined");
+  }
+  if (comm.gpu != gpu) {
+    return Status::InvalidArgument(std::string("this member is a ") + (gpu ? "GPU" : "host") +
+                                   " rank, earlier members of '" + req.key + "' are " + (comm.gpu ? "GPU" : "host") +
+                                   " ranks");
+  }
+  if (comm.gpu_heap_bytes != req.gpu_heap_bytes) {
+    return Status::InvalidArgument("gpu_heap_bytes " + std::to_string(req.gpu_heap_bytes) + " differs from " +
+                                   std::to_string(comm.gpu_heap_bytes) + " of earlier members");
+  }
+  return Status::Ok();
+}
+
+// The segment of communicator `comm_id`: sizes from the daemon's config, the
+// op timeout its members agreed on, and the negative-control switches.
+ring::SegmentParams SegmentParamsFromConfig(const DaemonConfig& config, uint64_t comm_id, uint32_t world_size,
+                                            ExecutionMode mode, uint32_t op_timeout_ms) {
+  ring::SegmentParams params;
+  params.world_size = world_size;
+  params.ring_depth = config.ring_depth;
+  params.max_message_bytes = config.max_message_bytes;
+  params.one_shot_max_bytes = config.one_shot_max_bytes;
+  params.op_timeout_ns = static_cast<uint64_t>(op_timeout_ms) * 1000000;
+  params.mode = mode;
+  params.comm_id = comm_id;
+  params.unsafe_flags = (config.unsafe_skip_end_barrier ? ring::kUnsafeSkipEndBarrier : 0u) |
+                        (config.unsafe_event_before_epilogue ? ring::kUnsafeEventBeforeEpilogue : 0u) |
+                        (config.unsafe_size_dependent_slots ? ring::kUnsafeSizeDependentSlots : 0u);
+  params.debug_delay_rank = config.debug_delay_rank;
+  params.debug_delay_us = config.debug_delay_us;
+  params.debug_delay_copyout_us = config.debug_delay_copyout_us;
+  return params;
+}
+
+// What every member is told once `comm` formed.
+JoinResult MakeJoinResult(const Comm& comm) {
+  JoinResult result;
+  result.comm_id = comm.id;
+  result.window_id = comm.id;
+  result.window_bytes = comm.window->size();
+  result.mode = comm.mode;
+  if (comm.gpu) {
+    const GpuCommMemory& mem = *comm.gpu_memory;
+    result.gpu = true;
+    result.gpu_slot_bytes = mem.slot_bytes();
+    result.gpu_heap_bytes = mem.heap_bytes();
+    result.gpu_blocks = mem.blocks();
+    for (uint32_t w = 0; w < mem.window_count(); ++w) {
+      GpuWindowInfo info{comm.gpu_window_ids[w], mem.window_bytes(w), mem.window_device(w), mem.legacy_handle(w)};
+      if (w == 0) {
+        result.gpu_control = info;
+      } else {
+        result.gpu_ranks.push_back(info);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void Registry::Join(const JoinRequest& req, JoinDone done) {
+  Deferred after;
+  Status error;
+  {
+    MutexLock lock(&mu_);
+    error = JoinLocked(req, &done, &after);
+  }
+  for (auto& f : after) f();  // a refusal (cannot_join) withdraws the waiting members too
+  if (!error.ok()) done(error, JoinResult{});
+}
+
+Status Registry::JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after) {
+  COLLECTIVED_RETURN_IF_ERROR(CheckServing());
+  auto sit = sessions_.find(req.session_id);
+  if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(req.session_id) + " not found");
+  COLLECTIVED_RETURN_IF_ERROR(ValidateJoin(req));
+  COLLECTIVED_RETURN_IF_ERROR(ApplyRefusalLocked(req, after));
+  COLLECTIVED_RETURN_IF_ERROR(ValidateDevice(req, config_));
+  Comm* comm = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(FindOrCreateCommLocked(req, &comm));
+  comm->members[req.rank] = req.session_id;
+  comm->device_uuids[req.rank] = req.device_uuid;
+  comm->pending[req.rank] = std::move(*done);
+  const uint32_t join_ms = req.join_timeout_ms != 0 && req.join_timeout_ms < config_.join_timeout_ms
+                               ? req.join_timeout_ms : config_.join_timeout_ms;
+  comm->join_deadline_ns[req.rank] = ring::NowNs() + static_cast<int64_t>(join_ms) * 1000000;
+  comm->joined++;
+  sit->second->memberships.insert({comm->id, req.rank});
+  if (comm->joined == comm->world_size) FormLocked(*comm, after);
+  return Status::Ok();  // answered when the last member joins (FormLocked), or on expiry
+}
+
+Status Registry::ApplyRefusalLocked(const JoinRequest& req, Deferred* after) {
+  const int64_t now_ns = ring::NowNs();
+  if (!req.cannot_join.empty()) {
+    // Fail the members already waiting, and refuse later ones for a join timeout.
+    const std::string why = "rank " + std::to_string(req.rank) + " of '" + req.key +
+                            "' cannot join: " + req.cannot_join.substr(0, 1000);
+    Refusal& refusal = refused_keys_[req.key];
+    if (refusal.until_ns <= now_ns) refusal = Refusal{};
+    if (refusal.why.empty()) {  // the first reason and world size stand
+      refusal.why = why;
+      refusal.world_size = req.world_size;
+    }
+    refusal.until_ns = now_ns + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
+    if (req.rank < refusal.world_size) refusal.told.insert(req.rank);
+    auto kit = comm_by_key_.find(req.key);
+    if (kit != comm_by_key_.end() && !comms_.at(kit->second)->formed &&
+        comms_.at(kit->second)->world_size == refusal.world_size) {
+      const uint64_t id = kit->second;
+      const uint32_t world = comms_.at(id)->world_size;
+      for (uint32_t r = 0; r < world; ++r) {
+        auto cit = comms_.find(id);
+        if (cit == comms_.end()) break;
+        if (cit->second->members[r] == 0) continue;
+        refusal.told.insert(r);
+        WithdrawJoinLocked(*cit->second, r, Status::FailedPrecondition(refusal.why), after);
+      }
+    }
+    spdlog::warn("{}", why);
+    const std::string answer = refusal.why;
+    if (refusal.told.size() >= refusal.world_size) refused_keys_.erase(req.key);
+    return Status::FailedPrecondition(answer);
+  }
+  auto rit = refused_keys_.find(req.key);
+  if (rit == refused_keys_.end()) return Status::Ok();
+  Refusal& refusal = rit->second;
+  if (refusal.until_ns <= now_ns) {
+    refused_keys_.erase(rit);
+    return Status::Ok();
+  }
+  // A member of another world size is misconfigured anyway: refused too, but
+  // it does not count toward freeing the key.
+  if (req.world_size == refusal.world_size) refusal.told.insert(req.rank);
+  const std::string answer = refusal.why;
+  if (refusal.told.size() >= refusal.world_size) refused_keys_.erase(rit);
+  return Status::FailedPrecondition(answer);
+}
+
+Status Registry::FindOrCreateCommLocked(const JoinRequest& req, Comm** out) {
+  auto kit = comm_by_key_.find(req.key);
+  if (kit != comm_by_key_.end()) {
+    Comm* comm = comms_.at(kit->second).get();
+    COLLECTIVED_RETURN_IF_ERROR(CheckSameAsEarlierMembers(*comm, req, config_));
+    *out = comm;
+    return Status::Ok();
+  }
+  const ExecutionMode mode = ModeOf(req);
+  const uint32_t timeout_ms = OpTimeoutMsOf(req, config_);
+  auto c = std::make_unique<Comm>();
+  c->id = next_id_++;
+  c->key = req.key;
+  c->world_size = req.world_size;
+  c->mode = mode;
+  c->op_timeout_ms = timeout_ms;
+  c->members.assign(req.world_size, 0);
+  c->pending.resize(req.world_size);
+  c->join_deadline_ns.assign(req.world_size, 0);
+  c->gpu = !req.device_uuid.empty();
+  c->device_uuids.assign(req.world_size, "");
+  c->gpu_heap_bytes = req.gpu_heap_bytes;
+  c->captured_plans.assign(req.world_size, 0);
+  c->registrations_made.assign(req.world_size, 0);
+  const ring::SegmentParams params = SegmentParamsFromConfig(config_, c->id, req.world_size, mode, timeout_ms);
+  if (params.unsafe_flags != 0) {
+    spdlog::critical("UNSAFE communicator {} '{}': flags {:#x} re-create seed bugs; results may be wrong", c->id,
+                     req.key, params.unsafe_flags);
+  }
+  ring::SegmentLayout layout;
+  COLLECTIVED_RETURN_IF_ERROR(ring::SegmentLayout::Compute(params, &layout));
+  std::unique_ptr<ipc::ShmWindow> window;
+  COLLECTIVED_RETURN_IF_ERROR(
+      ipc::ShmWindow::Create("collectived-comm-" + std::to_string(c->id), layout.total_bytes, &window));
+  c->window = std::move(window);
+  COLLECTIVED_RETURN_IF_ERROR(ring::CommSegment::Initialize(c->window->data(), c->window->size(), params, &c->seg));
+  *out = c.get();
+  comm_by_key_[req.key] = c->id;
+  comms_[c->id] = std::move(c);
+  return Status::Ok();
+}
+
+void Registry::FormLocked(Comm& comm, Deferred* after) {
+  if (comm.gpu) {
+    Status formed = FormGpuLocked(comm);
+    if (!formed.ok()) {
+      // Every member gets the reason; the last one to leave drops the communicator.
+      const uint64_t id = comm.id;
+      const uint32_t world = comm.world_size;
+      for (uint32_t r = 0; r < world; ++r) {
+        auto cit = comms_.find(id);
+        if (cit == comms_.end()) break;
+        if (cit->second->members[r] != 0) WithdrawJoinLocked(*cit->second, r, formed, after);
+      }
+      return;  // answered through the withdrawn joins
+    }
+  }
+  comm.formed = true;
+  comm.formed_members = comm.members;
+  comm_by_key_.erase(comm.key);  // the key may be used again for a new communicator
+  if (comm.mode == ExecutionMode::kDaemon && !comm.gpu) {  // GPU: the GpuExecutor owns the rings
+    comm.resolver = std::make_shared<CommResolver>(this, comm.id);
+    for (uint32_t r = 0; r < comm.world_size; ++r) {
+      comm.executors.push_back(std::make_unique<host::RankExecutor>(comm.seg, r, comm.resolver.get()));
+      comm.executors.back()->Start();
+    }
+  }
+  const JoinResult result = MakeJoinResult(comm);
+  for (auto& d : comm.pending) {
+    after->push_back([d = std::move(d), result] { d(Status::Ok(), result); });
+  }
+  comm.pending.assign(comm.world_size, nullptr);
+  spdlog::info("communicator {} '{}' formed: {} ranks, {}-executed", comm.id, comm.key, comm.world_size,
+               ExecutionModeName(comm.mode));
+}
+
+Status Registry::FormGpuLocked(Comm& comm) {
+  std::unique_ptr<GpuCommMemory> mem;
+  Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes,
+                                   config_.gpu_memory_export, &mem);
+  if (!s.ok()) {
+    spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
+    return s;
+  }
+  comm.gpu_memory = std::move(mem);
+  if (comm.gpu_memory->legacy_ipc()) {
+    spdlog::info("GPU communicator {} '{}': memory shared by legacy cudaIpc handles (held until every member "
+                 "session ends)", comm.id, comm.key);
+  }
+  if (comm.mode == ExecutionMode::kDaemon) {
+    std::unique_ptr<GpuExecutor> ex;
+    GpuExecutor::Paths paths;
+    paths.copy_engine_gather = config_.gpu_gather_path == GpuPath::kCopyEngine;
+    paths.copy_engine_reduce = config_.gpu_reduce_path == GpuPath::kCopyEngine;
+    paths.scratch_bytes = config_.gpu_copy_engine_scratch_bytes;
+    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, paths, &ex);
+    if (!s.ok()) {
+      spdlog::error("GPU communicator {} '{}': daemon executor not started: {}", comm.id, comm.key, s.ToString());
+      comm.gpu_memory.reset();
+      return s;
+    }
+    comm.gpu_executor = std::move(ex);
+  }
+  for (uint32_t w = 0; w < comm.gpu_memory->window_count(); ++w) {
+    const uint64_t id = next_id_++;
+    comm.gpu_window_ids.push_back(id);
+    gpu_windows_[id] = {comm.id, w};
+  }
+  return Status::Ok();
+}
+
+void Registry::WithdrawJoinLocked(Comm& comm, uint32_t rank, const Status& status, Deferred* after) {
+  if (comm.pending[rank]) {
+    after->push_back([d = std::move(comm.pending[rank]), status] { d(status, JoinResult{}); });
+    comm.pending[rank] = nullptr;
+  }
+  LeaveLocked(comm, rank, status.message(), after);  // may drop `comm` (the last member)
+}
+
+void Registry::CancelPendingJoins(const std::string& why) {
+  Deferred after;
+  {
+    MutexLock lock(&mu_);
+    std::vector<std::pair<uint64_t, uint32_t>> pending;
+    for (auto& [id, c] : comms_) {
+      if (c->formed) continue;
+      for (uint32_t r = 0; r < c->world_size; ++r) {
+        if (c->pending[r]) pending.push_back({id, r});
+      }
+    }
+    for (const auto& [id, r] : pending) {
+      auto cit = comms_.find(id);
+      if (cit != comms_.end()) WithdrawJoinLocked(*cit->second, r, Status::Unavailable(why), &after);
+    }
+  }
+  for (auto& f : after) f();
+}
+
+void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after) {
+  const uint64_t session_id = comm.members[rank];
+  comm.members[rank] = 0;
+  auto sit = sessions_.find(session_id);
+  if (sit != sessions_.end()) sit->second->memberships.erase({comm.id, rank});
+  if (!comm.formed) {
+    // Still forming: withdraw this rank's join.
+    if (comm.pending[rank]) {
+      after->push_back([d = std::move(comm.pending[rank]), why] {
+        d(Status(StatusCode::kCancelled, "join withdrawn: " + why), JoinResult{});
+      });
+      comm.pending[rank] = nullptr;
+    }
+    comm.joined--;
+  } else {
+    // Peers that still post ops would wait for this rank forever: end them now.
+    const std::string reason = "rank " + std::to_string(rank) + " left: " + why;
+    comm.seg.Abort(StatusCode::kAborted, reason.c_str());
+    FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);
+    if (comm.gpu_memory) {  // GPU kernels poll the abort word in device memory
+      after->push_back([mem = comm.gpu_memory] {
+        Status s = mem->SetAbort();
+        if (!s.ok()) spdlog::error("could not set a GPU communicator's abort word: {}", s.ToString());
+      });
+    }
+    if (!comm.executors.empty() && comm.executors[rank]) {
+      after->push_back(StopLater(std::move(comm.executors[rank]), comm.window, comm.resolver));
+    }
+  }
+  bool empty = true;
+  for (uint64_t m : comm.members) empty = empty && m == 0;
+  if (!empty) return;
+  // Last member gone: drop the communicator once its executors stopped.
+  for (auto& ex : comm.executors) {
+    if (ex) after->push_back(StopLater(std::move(ex), comm.window, comm.resolver));
+  }
+  if (!comm.formed) comm_by_key_.erase(comm.key);
+  if (comm.formed) {
+    CommStats closed = CommStatsOf(comm);
+    closed.closed = true;
+    spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed,
+                 closed.failed);
+    recently_closed_.push_back(std::move(closed));
+    if (recently_closed_.size() > 16) recently_closed_.pop_front();
+  }
+  for (uint64_t w : comm.gpu_window_ids) gpu_windows_.erase(w);  // members keep their own mappings
+  if (comm.gpu_memory && comm.gpu_memory->legacy_ipc()) {
+    // cudaIpc mappings do not keep the memory alive: it stays until every
+    // member session that may still have it open has ended.
+    for (uint64_t session : comm.formed_members) {
+      auto sit = sessions_.find(session);
+      if (sit != sessions_.end()) sit->second->held_gpu_memory.push_back(comm.gpu_memory);
+    }
+  }
+  for (const auto& [id, g] : comm.registrations) {
+    for (uint64_t w : g.window_ids) registered_windows_.erase(w);
+  }
+  if (comm.gpu_executor) {
+    spdlog::info("communicator {}: daemon-executed GPU ops {}, mean handoff {:.1f} us (last rank ready to launch)",
+                 comm.id, comm.gpu_executor->ops(), comm.gpu_executor->handoff_us_mean());
+    after->push_back([ex = std::move(comm.gpu_executor)] { ex->Stop(); });
+  }
+  auto node = comms_.extract(comm.id);  // `comm` dies with `node` below
+  auto holder = std::make_shared<std::unique_ptr<Comm>>(std::move(node.mapped()));
+  after->push_back([holder] { holder->reset(); });
+}
+
+Status Registry::DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint32_t rank) {
+  Deferred after;
+  Status s;
+  {
+    MutexLock lock(&mu_);
+    Comm* comm = nullptr;
+    s = MemberLocked(session_id, comm_id, rank, &comm);
+    if (s.ok()) LeaveLocked(*comm, rank, "destroyed the communicator", &after);
+  }
+  for (auto& f : after) f();
+  return s;
+}
+
+}  // namespace collectived::daemon
