@@ -90,6 +90,14 @@ using gpuPointerAttributes = hipPointerAttribute_t;
 #define gpuHostRegisterPortable hipHostRegisterPortable
 #define gpuHostAllocMapped hipHostAllocMapped
 #define gpuHostAllocPortable hipHostAllocPortable
+// --- ipc/ (legacy IPC windows; issue 15 part 6, the HIP backend) ---
+using gpuIpcMemHandle_t = hipIpcMemHandle_t;
+#define gpuIpcGetMemHandle hipIpcGetMemHandle
+#define gpuIpcOpenMemHandle hipIpcOpenMemHandle
+#define gpuIpcCloseMemHandle hipIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
+#define COLLECTIVED_GPU_IPC_NAME "hipIpc"  // in messages
+// --- end ipc/ ---
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -164,6 +172,14 @@ using gpuPointerAttributes = cudaPointerAttributes;
 #define gpuHostRegisterPortable cudaHostRegisterPortable
 #define gpuHostAllocMapped cudaHostAllocMapped
 #define gpuHostAllocPortable cudaHostAllocPortable
+// --- ipc/ (legacy IPC windows; issue 15 part 6, the HIP backend) ---
+using gpuIpcMemHandle_t = cudaIpcMemHandle_t;
+#define gpuIpcGetMemHandle cudaIpcGetMemHandle
+#define gpuIpcOpenMemHandle cudaIpcOpenMemHandle
+#define gpuIpcCloseMemHandle cudaIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
+#define COLLECTIVED_GPU_IPC_NAME "cudaIpc"  // in messages
+// --- end ipc/ ---
 inline cudaError_t gpuDeviceUsesMps(int device, int* mps) {
   return cudaDeviceGetAttribute(mps, cudaDevAttrMpsEnabled, device);
 }
