@@ -15,8 +15,10 @@ using gpu_bfloat16 = __hip_bfloat16;
 #else  // ROCm 5 (Debian 12): hip_bfloat16, round-to-nearest-even from float
 #include <hip/hip_bfloat16.h>
 using gpu_bfloat16 = hip_bfloat16;
+#if defined(__HIPCC__)  // host-only C++ (the runtime API users) sees hip_bfloat16 as a bare struct
 __host__ __device__ inline float gpuBFloat16ToFloat(hip_bfloat16 v) { return static_cast<float>(v); }
 __host__ __device__ inline hip_bfloat16 gpuFloatToBFloat16(float f) { return hip_bfloat16::round_to_bfloat16(f); }
+#endif
 #endif
 using gpuError_t = hipError_t;
 using gpuStream_t = hipStream_t;
