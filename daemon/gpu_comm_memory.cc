@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#ifdef COLLECTIVED_HAVE_CUDA
+#ifdef COLLECTIVED_HAVE_GPU
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
 #include "base/gpu/gpu_check.h"
@@ -14,7 +14,7 @@
 
 namespace collectived::daemon {
 
-#ifdef COLLECTIVED_HAVE_CUDA
+#ifdef COLLECTIVED_HAVE_GPU
 
 static_assert(kMaxGpuRanks == ring::kMaxDeviceRanks, "one limit for the daemon and the kernels");
 
@@ -94,7 +94,7 @@ GpuCommMemory::~GpuCommMemory() {
   // Nothing this daemon enqueued on the windows may still be in flight when
   // they are unmapped (see SetAbort); errors here change nothing.
   if (windows_ && !windows_->windows.empty() && gpuSetDevice(window_ordinal(0)) == gpuSuccess) {
-    gpuStreamSynchronize(nullptr);
+    (void)gpuStreamSynchronize(nullptr);
   }
 }
 
@@ -161,7 +161,7 @@ bool GpuCommMemory::single_device() const {
 }
 int GpuCommMemory::window_ordinal(uint32_t w) const { return windows_->windows[w]->ordinal(); }
 
-#else  // no CUDA toolkit at build time
+#else  // no GPU backend at build time
 
 struct GpuCommMemory::Windows {};
 

@@ -12,7 +12,7 @@
 #include "ring/op_codec.h"
 #include "ring/wait.h"
 
-#ifdef COLLECTIVED_HAVE_CUDA
+#ifdef COLLECTIVED_HAVE_GPU
 #include "kernels/device/device_collectives.h"
 #include "kernels/device/device_reduce.h"
 #include "base/gpu/gpu_check.h"
@@ -45,7 +45,7 @@ void GpuExecutor::RemoveCallersBuffer(uint64_t buffer_id) {
   callers_buffers_.erase(buffer_id);
 }
 
-#ifdef COLLECTIVED_HAVE_CUDA
+#ifdef COLLECTIVED_HAVE_GPU
 
 static_assert(device::kMaxReduceOwners >= ring::kMaxDeviceRanks, "the reduce-slots kernel serves every rank");
 
@@ -72,7 +72,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
   const gpuError_t reg = gpuHostRegister(base, ring::AlignUp(seg.control_bytes(), page),
                                          gpuHostRegisterMapped | gpuHostRegisterPortable);
   if (reg != gpuSuccess) {
-    gpuStreamDestroy(stream);
+    (void)gpuStreamDestroy(stream);
     return gpu::GpuErrorStatus(reg, "gpuHostRegister", __FILE__, __LINE__);
   }
   ex->registered_ = base;
@@ -82,7 +82,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
 }
 
 void GpuExecutor::Run() {
-  gpuSetDevice(memory_->window_ordinal(0));
+  (void)gpuSetDevice(memory_->window_ordinal(0));
   for (uint64_t index = 0; !stop_.load(); ++index) {
     Status s = RunOp(index);
     if (s.code() == StatusCode::kCancelled) {  // stopping, or the communicator aborted
@@ -98,18 +98,18 @@ void GpuExecutor::Run() {
                     s.ToString());
       // Copies of the failed op may still run: let them land before the
       // clients hear of the abort and reuse their buffers.
-      for (void* l : lanes_) gpuStreamSynchronize(static_cast<gpuStream_t>(l));
-      gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
+      for (void* l : lanes_) (void)gpuStreamSynchronize(static_cast<gpuStream_t>(l));
+      (void)gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
       seg_.Abort(s.code(), ("op " + std::to_string(index) + ": " + s.message()).c_str());
       Status set = memory_->SetAbort();  // after the reason: the clients' kernels stop spinning
       if (!set.ok()) spdlog::error("could not set the abort word: {}", set.ToString());
       break;
     }
   }
-  gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
+  (void)gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
   ReleaseCopyEngineAllReduce();
-  gpuStreamDestroy(static_cast<gpuStream_t>(stream_));
-  gpuHostUnregister(registered_);
+  (void)gpuStreamDestroy(static_cast<gpuStream_t>(stream_));
+  (void)gpuHostUnregister(registered_);
 }
 
 Status GpuExecutor::RunOp(uint64_t index) {
@@ -323,11 +323,11 @@ Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t world) {
 }
 
 void GpuExecutor::ReleaseCopyEngineAllReduce() {
-  for (void* l : lanes_) gpuStreamSynchronize(static_cast<gpuStream_t>(l));
-  for (void* l : lanes_) gpuStreamDestroy(static_cast<gpuStream_t>(l));
-  for (void* e : lane_done_) gpuEventDestroy(static_cast<gpuEvent_t>(e));
-  if (fork_ != nullptr) gpuEventDestroy(static_cast<gpuEvent_t>(fork_));
-  if (scratch_ != nullptr) gpuFree(scratch_);
+  for (void* l : lanes_) (void)gpuStreamSynchronize(static_cast<gpuStream_t>(l));
+  for (void* l : lanes_) (void)gpuStreamDestroy(static_cast<gpuStream_t>(l));
+  for (void* e : lane_done_) (void)gpuEventDestroy(static_cast<gpuEvent_t>(e));
+  if (fork_ != nullptr) (void)gpuEventDestroy(static_cast<gpuEvent_t>(fork_));
+  if (scratch_ != nullptr) (void)gpuFree(scratch_);
   lanes_.clear();
   lane_done_.clear();
   fork_ = scratch_ = nullptr;
@@ -352,7 +352,7 @@ Status GpuExecutor::AddCallersBuffer(uint64_t buffer_id, const std::vector<int>&
   return Status::Ok();
 }
 
-#else  // no CUDA toolkit at build time
+#else  // no GPU backend at build time
 
 Status GpuExecutor::AddCallersBuffer(uint64_t, const std::vector<int>&, const std::vector<uint64_t>&,
                                      const std::vector<uint64_t>&, uint64_t) {

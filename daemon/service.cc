@@ -88,7 +88,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServer
   resp->set_api_major(kApiMajor);
   resp->set_api_minor(kApiMinor);
   resp->add_backends("host");
-#ifdef COLLECTIVED_HAVE_CUDA
+#ifdef COLLECTIVED_HAVE_GPU
   resp->add_backends("cuda");
 #endif
   resp->set_active_backend(BackendName(registry_->config().backend));

@@ -7,7 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev libgtest-dev
   libopenmpi-dev openmpi-bin libucx-dev libsystemd-dev
-  hipcc libamdhip64-dev   # ROCm 5.2: compile check of the kernels for AMD (tests/hip_compile_check.sh)
+  hipcc libamdhip64-dev   # ROCm 5.2: the GPU backend built for AMD (tests/hip_backend_build.sh)
   python3-matplotlib      # for bench/plot.py (PNG plots of collective-bench output; bench/plot_test.sh)
 )
 missing=()

@@ -1,135 +1,44 @@
 #include "ipc/cumem_window.h"
 
-#include <cuda.h>
-#include <cuda_runtime.h>
 #include <unistd.h>
 
-#include <mutex>
+#include <cstdio>
+
+#include "base/gpu/gpu_driver.h"
 
 namespace collectived::ipc {
 namespace {
 
-// Driver entry points, resolved through the runtime: nothing links libcuda,
-// so binaries load (and report "no GPU") on machines without a driver.
-struct Driver {
-#define COLLECTIVED_DRIVER_FN(name) decltype(&::name) name = nullptr;
-  COLLECTIVED_DRIVER_FN(cuInit)
-  COLLECTIVED_DRIVER_FN(cuGetErrorName)
-  COLLECTIVED_DRIVER_FN(cuDeviceGet)
-  COLLECTIVED_DRIVER_FN(cuDeviceGetCount)
-  COLLECTIVED_DRIVER_FN(cuDeviceGetUuid)
-  COLLECTIVED_DRIVER_FN(cuDevicePrimaryCtxRetain)
-  COLLECTIVED_DRIVER_FN(cuCtxSetCurrent)
-  COLLECTIVED_DRIVER_FN(cuMemGetAllocationGranularity)
-  COLLECTIVED_DRIVER_FN(cuMemCreate)
-  COLLECTIVED_DRIVER_FN(cuMemRelease)
-  COLLECTIVED_DRIVER_FN(cuMemExportToShareableHandle)
-  COLLECTIVED_DRIVER_FN(cuMemImportFromShareableHandle)
-  COLLECTIVED_DRIVER_FN(cuMemAddressReserve)
-  COLLECTIVED_DRIVER_FN(cuMemAddressFree)
-  COLLECTIVED_DRIVER_FN(cuMemMap)
-  COLLECTIVED_DRIVER_FN(cuMemUnmap)
-  COLLECTIVED_DRIVER_FN(cuMemSetAccess)
-  COLLECTIVED_DRIVER_FN(cuMemRetainAllocationHandle)
-  COLLECTIVED_DRIVER_FN(cuPointerGetAttribute)
-  COLLECTIVED_DRIVER_FN(cuDeviceGetAttribute)
-#undef COLLECTIVED_DRIVER_FN
-  Status status;
-};
-
-const Driver& GetDriver() {
-  static Driver d;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    auto load = [](const char* symbol, void** fn) -> Status {
-      cudaDriverEntryPointQueryResult q;
-      cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, fn, CUDA_VERSION, cudaEnableDefault, &q);
-      if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || *fn == nullptr) {
-        return Status::FailedPrecondition(std::string("CUDA driver entry point ") + symbol +
-                                          " unavailable: " + cudaGetErrorString(e));
-      }
-      return Status::Ok();
-    };
-#define COLLECTIVED_LOAD(name) \
-  if (d.status.ok()) d.status = load(#name, reinterpret_cast<void**>(&d.name));
-    COLLECTIVED_LOAD(cuInit)
-    COLLECTIVED_LOAD(cuGetErrorName)
-    COLLECTIVED_LOAD(cuDeviceGet)
-    COLLECTIVED_LOAD(cuDeviceGetCount)
-    COLLECTIVED_LOAD(cuDeviceGetUuid)
-    COLLECTIVED_LOAD(cuDevicePrimaryCtxRetain)
-    COLLECTIVED_LOAD(cuCtxSetCurrent)
-    COLLECTIVED_LOAD(cuMemGetAllocationGranularity)
-    COLLECTIVED_LOAD(cuMemCreate)
-    COLLECTIVED_LOAD(cuMemRelease)
-    COLLECTIVED_LOAD(cuMemExportToShareableHandle)
-    COLLECTIVED_LOAD(cuMemImportFromShareableHandle)
-    COLLECTIVED_LOAD(cuMemAddressReserve)
-    COLLECTIVED_LOAD(cuMemAddressFree)
-    COLLECTIVED_LOAD(cuMemMap)
-    COLLECTIVED_LOAD(cuMemUnmap)
-    COLLECTIVED_LOAD(cuMemSetAccess)
-    COLLECTIVED_LOAD(cuMemRetainAllocationHandle)
-    COLLECTIVED_LOAD(cuPointerGetAttribute)
-    COLLECTIVED_LOAD(cuDeviceGetAttribute)
-#undef COLLECTIVED_LOAD
-  });
-  return d;
-}
-
-// A failing driver call as a Status naming it, like the runtime's GPU_CHECK.
-Status DriverStatus(CUresult r, const char* call) {
-  const char* name = nullptr;
-  GetDriver().cuGetErrorName(r, &name);
-  std::string msg = std::string(call) + " failed: " + (name ? name : "unknown CUDA driver error");
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) return Status::ResourceExhausted(msg);
-  if (r == CUDA_ERROR_NOT_SUPPORTED) return Status::FailedPrecondition(msg);
-  return Status::Internal(msg);
-}
-
-// Calls driver function `fn` (of GetDriver()) and returns its failure as a Status.
-#define CU_CHECK(fn, ...)                                                           \
-  do {                                                                             \
-    COLLECTIVED_RETURN_IF_ERROR(GetDriver().status);                               \
-    CUresult _cu_result = GetDriver().fn(__VA_ARGS__);                             \
-    if (_cu_result != CUDA_SUCCESS) return DriverStatus(_cu_result, #fn);          \
-  } while (0)
+using gpu::Driver;
+using gpu::DriverApi;
 
 Status EnsureContext(int ordinal) {
-  CU_CHECK(cuInit, 0);
-  CUdevice dev;
-  CU_CHECK(cuDeviceGet, &dev, ordinal);
-  CUcontext ctx;
-  CU_CHECK(cuDevicePrimaryCtxRetain, &ctx, dev);  // the runtime's context, shared with it
-  CU_CHECK(cuCtxSetCurrent, ctx);
+  COLLECTIVED_GPU_DRIVER_CHECK(Init, 0);
+  gpuDevice_t dev;
+  COLLECTIVED_GPU_DRIVER_CHECK(DeviceGet, &dev, ordinal);
+  gpuCtx_t ctx;
+  COLLECTIVED_GPU_DRIVER_CHECK(DevicePrimaryCtxRetain, &ctx, dev);  // the runtime's context, shared with it
+  COLLECTIVED_GPU_DRIVER_CHECK(CtxSetCurrent, ctx);
   return Status::Ok();
 }
 
-CUmemAllocationProp Prop(int ordinal, bool exportable = true) {
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = ordinal;
-  prop.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
-  return prop;
-}
-
 // A pointer attribute of `ptr`; false (the error cleared) when the driver has none for it.
-template <typename T>
-bool PointerAttribute(const void* ptr, CUpointer_attribute attr, T* value) {
-  const Driver& d = GetDriver();
+template <typename Attribute, typename T>
+bool PointerAttribute(const void* ptr, Attribute attr, T* value) {
+  const DriverApi& d = Driver();
   if (!d.status.ok()) return false;
-  return d.cuPointerGetAttribute(value, attr, reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS;
+  return d.PointerGetAttribute(value, attr, gpuFromWord<gpuDeviceptr_t>(reinterpret_cast<uintptr_t>(ptr))) ==
+         gpuDriverSuccess;
 }
 
 }  // namespace
 
 Status GpuUuid(int ordinal, std::string* uuid) {
-  CU_CHECK(cuInit, 0);
-  CUdevice dev;
-  CU_CHECK(cuDeviceGet, &dev, ordinal);
-  CUuuid id;
-  CU_CHECK(cuDeviceGetUuid, &id, dev);
+  COLLECTIVED_GPU_DRIVER_CHECK(Init, 0);
+  gpuDevice_t dev;
+  COLLECTIVED_GPU_DRIVER_CHECK(DeviceGet, &dev, ordinal);
+  gpuUuid_t id;
+  COLLECTIVED_GPU_DRIVER_CHECK(DeviceGetUuid, &id, dev);
   const auto* b = reinterpret_cast<const unsigned char*>(id.bytes);
   char buf[64];
   std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
@@ -139,9 +48,9 @@ Status GpuUuid(int ordinal, std::string* uuid) {
 }
 
 Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal) {
-  CU_CHECK(cuInit, 0);
+  COLLECTIVED_GPU_DRIVER_CHECK(Init, 0);
   int count = 0;
-  CU_CHECK(cuDeviceGetCount, &count);
+  COLLECTIVED_GPU_DRIVER_CHECK(DeviceGetCount, &count);
   for (int i = 0; i < count; ++i) {
     std::string u;
     COLLECTIVED_RETURN_IF_ERROR(GpuUuid(i, &u));
@@ -154,61 +63,74 @@ Status GpuOrdinalByUuid(const std::string& uuid, int* ordinal) {
 }
 
 bool CuMemFdExportSupported(int ordinal, std::string* why_not) {
-  const Driver& d = GetDriver();
-  CUdevice dev;
+  const DriverApi& d = Driver();
+  gpuDevice_t dev;
+  if (!d.status.ok() || d.Init(0) != gpuDriverSuccess || d.DeviceGet(&dev, ordinal) != gpuDriverSuccess) {
+    *why_not = "the " COLLECTIVED_GPU_DRIVER_NAME " is not usable";
+    return false;
+  }
+#if COLLECTIVED_GPU_DRIVER_REPORTS_VMM_SUPPORT
   int vmm = 0, fd = 0;
-  if (!d.status.ok() || d.cuInit(0) != CUDA_SUCCESS || d.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS) {
-    *why_not = "the CUDA driver is not usable";
-    return false;
-  }
-  if (d.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS ||
+  if (d.DeviceGetAttribute(&vmm, gpuDeviceAttributeVirtualMemoryManagementSupported, dev) != gpuDriverSuccess ||
       vmm == 0) {
-    *why_not = "device " + std::to_string(ordinal) + " has no virtual memory management (cuMem)";
+    *why_not = "device " + std::to_string(ordinal) + " has no virtual memory management (" COLLECTIVED_GPU_VMM_NAME ")";
     return false;
   }
-  if (d.cuDeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) !=
-          CUDA_SUCCESS ||
-      fd == 0) {
-    *why_not = "device " + std::to_string(ordinal) + " cannot export cuMem memory as POSIX fds";
+  if (d.DeviceGetAttribute(&fd, gpuDeviceAttributeHandleTypePosixFdSupported, dev) != gpuDriverSuccess || fd == 0) {
+    *why_not = "device " + std::to_string(ordinal) + " cannot export " COLLECTIVED_GPU_VMM_NAME " memory as POSIX fds";
     return false;
   }
   return true;
+#else
+  // The runtime cannot say whether this device exports hipMem memory as
+  // POSIX fds (see gpu_driver.h): answer no, so the daemon's auto mode shares
+  // its windows by legacy IPC handles, which every ROCm supports.
+  *why_not = "the " COLLECTIVED_GPU_DRIVER_NAME " cannot report whether device " + std::to_string(ordinal) +
+             " exports " COLLECTIVED_GPU_VMM_NAME " memory as POSIX fds (ROCm 5 has no such attribute)";
+  return false;
+#endif
 }
 
 Status ExportCallerRange(const void* ptr, uint64_t bytes, CallerRangeExport* out) {
-  COLLECTIVED_RETURN_IF_ERROR(GetDriver().status);
+  COLLECTIVED_RETURN_IF_ERROR(Driver().status);
   if (ptr == nullptr || bytes == 0) return Status::InvalidArgument("buffer is null or empty");
+#if COLLECTIVED_GPU_DRIVER_REPORTS_HANDLE_TYPES
   // cudaMalloc memory has no shareable handle type: only cuMem (VMM)
   // allocations made with requestedHandleTypes = POSIX fd can be imported by peers.
   uint64_t types = 0;
-  if (!PointerAttribute(ptr, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, &types) ||
-      (types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+  if (!PointerAttribute(ptr, gpuPointerAttributeAllowedHandleTypes, &types) ||
+      (types & gpuMemHandleTypePosixFileDescriptor) == 0) {
     return Status::InvalidArgument(
-        "buffer is not cuMem memory exportable as a POSIX fd (cudaMalloc memory is not): allocate it with "
-        "cuMemCreate and requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, or use "
+        "buffer is not " COLLECTIVED_GPU_VMM_NAME " memory exportable as a POSIX fd (" COLLECTIVED_GPU_MALLOC_NAME
+        " memory is not): allocate it with " COLLECTIVED_GPU_VMM_CREATE_NAME " and "
+        COLLECTIVED_GPU_REQUESTED_HANDLE_TYPES_NAME " = " COLLECTIVED_GPU_POSIX_FD_HANDLE_NAME ", or use "
         "Communicator::AllocBuffer; other device memory is staged");
   }
-  CUdeviceptr base = 0;
+#endif  // else: the allocation handle lookup and the export below refuse what cannot be shared
+  gpuDeviceptr_t base_ptr{};
   size_t size = 0;
-  if (!PointerAttribute(ptr, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, &base) ||
-      !PointerAttribute(ptr, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, &size)) {
-    return Status::InvalidArgument("the driver reports no cuMem mapping for this buffer");
+  if (!PointerAttribute(ptr, gpuPointerAttributeMappingBaseAddr, &base_ptr) ||
+      !PointerAttribute(ptr, gpuPointerAttributeMappingSize, &size)) {
+    return Status::InvalidArgument("the driver reports no " COLLECTIVED_GPU_VMM_NAME " mapping for this buffer");
   }
+  const auto base = static_cast<uintptr_t>(gpuToWord(base_ptr));
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   if (p < base || p - base > size || bytes > size - (p - base)) {
-    return Status::InvalidArgument("buffer of " + std::to_string(bytes) + " bytes runs past its cuMem mapping (" +
+    return Status::InvalidArgument("buffer of " + std::to_string(bytes) +
+                                   " bytes runs past its " COLLECTIVED_GPU_VMM_NAME " mapping (" +
                                    std::to_string(size) + " bytes at offset " + std::to_string(p - base) +
                                    "): a registered buffer must lie inside one allocation");
   }
-  CUmemGenericAllocationHandle handle;
-  if (GetDriver().cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(base)) != CUDA_SUCCESS) {
+  gpuMemGenericAllocationHandle_t handle;
+  if (Driver().MemRetainAllocationHandle(&handle, reinterpret_cast<void*>(base)) != gpuDriverSuccess) {
     // Pool memory (cudaMallocAsync) may allow an fd export but has no allocation handle of its own.
-    return Status::InvalidArgument("buffer is not a cuMem (cuMemCreate + cuMemMap) mapping; memory-pool "
+    return Status::InvalidArgument("buffer is not a " COLLECTIVED_GPU_VMM_NAME " (" COLLECTIVED_GPU_VMM_CREATE_NAME
+                                   " + " COLLECTIVED_GPU_VMM_MAP_NAME ") mapping; memory-pool "
                                    "allocations cannot be registered: use Communicator::AllocBuffer");
   }
-  auto retained = std::shared_ptr<void>(nullptr, [handle](void*) { GetDriver().cuMemRelease(handle); });
+  auto retained = std::shared_ptr<void>(nullptr, [handle](void*) { (void)Driver().MemRelease(handle); });
   int fd = -1;
-  CU_CHECK(cuMemExportToShareableHandle, &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  COLLECTIVED_GPU_DRIVER_CHECK(MemExportToShareableHandle, &fd, handle, gpuMemHandleTypePosixFileDescriptor, 0);
   out->fd = fd;
   out->allocation_bytes = size;
   out->offset = p - base;
@@ -227,15 +149,16 @@ Status CuMemWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<CuMemWin
 Status CuMemWindow::CreateWith(int ordinal, uint64_t bytes, bool exportable, std::unique_ptr<CuMemWindow>* out) {
   if (bytes == 0) return Status::InvalidArgument("window of 0 bytes");
   COLLECTIVED_RETURN_IF_ERROR(EnsureContext(ordinal));
-  CUmemAllocationProp prop = Prop(ordinal, exportable);
+  gpuMemAllocationProp prop = gpuDeviceAllocationProp(ordinal, exportable);
   size_t granularity = 0;
-  CU_CHECK(cuMemGetAllocationGranularity, &granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  COLLECTIVED_GPU_DRIVER_CHECK(MemGetAllocationGranularity, &granularity, &prop,
+                               gpuMemAllocationGranularityRecommended);
   std::unique_ptr<CuMemWindow> w(new CuMemWindow());
   w->ordinal_ = ordinal;
   w->size_ = (bytes + granularity - 1) / granularity * granularity;
-  CUmemGenericAllocationHandle handle;
-  CU_CHECK(cuMemCreate, &handle, w->size_, &prop, 0);
-  w->handle_ = handle;
+  gpuMemGenericAllocationHandle_t handle;
+  COLLECTIVED_GPU_DRIVER_CHECK(MemCreate, &handle, w->size_, &prop, 0);
+  w->handle_ = gpuToWord(handle);
   COLLECTIVED_RETURN_IF_ERROR(w->MapHere());
   *out = std::move(w);
   return Status::Ok();
@@ -250,49 +173,50 @@ Status CuMemWindow::Import(int fd, int ordinal, uint64_t bytes, std::unique_ptr<
   std::unique_ptr<CuMemWindow> w(new CuMemWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
-  CUmemGenericAllocationHandle handle;
-  Status loaded = GetDriver().status;
-  if (!loaded.ok()) {
+  gpuMemGenericAllocationHandle_t handle;
+  const DriverApi& d = Driver();
+  if (!d.status.ok()) {
     close(fd);
-    return loaded;
+    return d.status;
   }
-  CUresult r = GetDriver().cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  gpuDriverResult_t r = d.MemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                                       gpuMemHandleTypePosixFileDescriptor);
   close(fd);  // the handle holds its own reference
-  if (r != CUDA_SUCCESS) return DriverStatus(r, "cuMemImportFromShareableHandle");
-  w->handle_ = handle;
+  if (r != gpuDriverSuccess) return gpu::GpuDriverErrorStatus(r, d.MemImportFromShareableHandle.name);
+  w->handle_ = gpuToWord(handle);
   COLLECTIVED_RETURN_IF_ERROR(w->MapHere());
   *out = std::move(w);
   return Status::Ok();
 }
 
 Status CuMemWindow::MapHere() {
-  CUdeviceptr ptr;
-  CU_CHECK(cuMemAddressReserve, &ptr, size_, 0, 0, 0);
-  ptr_ = ptr;
-  CU_CHECK(cuMemMap, ptr, size_, 0, static_cast<CUmemGenericAllocationHandle>(handle_), 0);
+  gpuDeviceptr_t ptr;
+  COLLECTIVED_GPU_DRIVER_CHECK(MemAddressReserve, &ptr, size_, 0, gpuDeviceptr_t{}, 0);
+  ptr_ = gpuToWord(ptr);
+  COLLECTIVED_GPU_DRIVER_CHECK(MemMap, ptr, size_, 0, gpuFromWord<gpuMemGenericAllocationHandle_t>(handle_), 0);
   mapped_ = true;
-  CUmemAccessDesc access = {};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  gpuMemAccessDesc access = {};
+  access.location.type = gpuMemLocationTypeDevice;
   access.location.id = ordinal_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CU_CHECK(cuMemSetAccess, ptr, size_, &access, 1);
+  access.flags = gpuMemAccessFlagsProtReadWrite;
+  COLLECTIVED_GPU_DRIVER_CHECK(MemSetAccess, ptr, size_, &access, 1);
   return Status::Ok();
 }
 
 Status CuMemWindow::ExportFd(int* fd) const {
   int exported = -1;
-  CU_CHECK(cuMemExportToShareableHandle, &exported, static_cast<CUmemGenericAllocationHandle>(handle_),
-                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  COLLECTIVED_GPU_DRIVER_CHECK(MemExportToShareableHandle, &exported,
+                               gpuFromWord<gpuMemGenericAllocationHandle_t>(handle_),
+                               gpuMemHandleTypePosixFileDescriptor, 0);
   *fd = exported;
   return Status::Ok();
 }
 
 CuMemWindow::~CuMemWindow() {
-  const Driver& d = GetDriver();
-  if (mapped_) d.cuMemUnmap(static_cast<CUdeviceptr>(ptr_), size_);
-  if (ptr_ != 0) d.cuMemAddressFree(static_cast<CUdeviceptr>(ptr_), size_);
-  if (handle_ != 0) d.cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle_));
+  const DriverApi& d = Driver();
+  if (mapped_) (void)d.MemUnmap(gpuFromWord<gpuDeviceptr_t>(ptr_), size_);
+  if (ptr_ != 0) (void)d.MemAddressFree(gpuFromWord<gpuDeviceptr_t>(ptr_), size_);
+  if (handle_ != 0) (void)d.MemRelease(gpuFromWord<gpuMemGenericAllocationHandle_t>(handle_));
 }
 
 }  // namespace collectived::ipc

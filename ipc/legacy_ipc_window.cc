@@ -1,7 +1,5 @@
 #include "ipc/legacy_ipc_window.h"
 
-#include <cuda_runtime.h>
-
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -9,11 +7,11 @@
 
 #include "base/gpu/device_guard.h"
 #include "base/gpu/gpu_check.h"
+#include "base/gpu/gpu_runtime.h"
 
 namespace collectived::ipc {
 
-
-// One open per (handle, device) in this process: cudaIpcOpenMemHandle of a
+// One open per (handle, device) in this process: gpuIpcOpenMemHandle of a
 // handle that is already open in the context fails ("resource already
 // mapped", seen on the H200 when several ranks of one process opened the
 // daemon's windows at once). Opens and closes are counted under one lock.
@@ -36,9 +34,9 @@ Status LegacyIpcWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<Lega
   std::unique_ptr<LegacyIpcWindow> w(new LegacyIpcWindow());
   w->ordinal_ = ordinal;
   w->size_ = bytes;
-  COLLECTIVED_GPU_CHECK(cudaMalloc(&w->ptr_, bytes));
-  cudaIpcMemHandle_t h;
-  COLLECTIVED_GPU_CHECK(cudaIpcGetMemHandle(&h, w->ptr_));
+  COLLECTIVED_GPU_CHECK(gpuMalloc(&w->ptr_, bytes));
+  gpuIpcMemHandle_t h;
+  COLLECTIVED_GPU_CHECK(gpuIpcGetMemHandle(&h, w->ptr_));
   w->handle_.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   *out = std::move(w);
   return Status::Ok();
@@ -46,10 +44,10 @@ Status LegacyIpcWindow::Create(int ordinal, uint64_t bytes, std::unique_ptr<Lega
 
 Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t bytes,
                              std::unique_ptr<LegacyIpcWindow>* out) {
-  cudaIpcMemHandle_t h;
+  gpuIpcMemHandle_t h;
   if (handle.size() != sizeof(h)) {
-    return Status::InvalidArgument("a cudaIpc handle has " + std::to_string(sizeof(h)) + " bytes, not " +
-                                   std::to_string(handle.size()));
+    return Status::InvalidArgument("a " COLLECTIVED_GPU_IPC_NAME " handle has " + std::to_string(sizeof(h)) +
+                                   " bytes, not " + std::to_string(handle.size()));
   }
   std::memcpy(&h, handle.data(), sizeof(h));
   gpu::DeviceGuard guard(ordinal);
@@ -61,10 +59,10 @@ Status LegacyIpcWindow::Open(const std::string& handle, int ordinal, uint64_t by
   OpenHandles::Entry& e = handles.open[{handle, ordinal}];
   if (e.refs == 0) {
     // Lazy peer access: a window on another GPU is reached over NVLink.
-    const cudaError_t err = cudaIpcOpenMemHandle(&e.ptr, h, cudaIpcMemLazyEnablePeerAccess);
-    if (err != cudaSuccess) {
+    const gpuError_t err = gpuIpcOpenMemHandle(&e.ptr, h, gpuIpcMemLazyEnablePeerAccess);
+    if (err != gpuSuccess) {
       handles.open.erase({handle, ordinal});
-      return gpu::GpuErrorStatus(err, "cudaIpcOpenMemHandle", __FILE__, __LINE__);
+      return gpu::GpuErrorStatus(err, COLLECTIVED_GPU_IPC_NAME "OpenMemHandle", __FILE__, __LINE__);
     }
   }
   ++e.refs;
@@ -79,14 +77,14 @@ LegacyIpcWindow::~LegacyIpcWindow() {
   if (ptr_ == nullptr) return;
   gpu::DeviceGuard guard(ordinal_);
   if (!opened_) {
-    cudaFree(ptr_);
+    (void)gpuFree(ptr_);
     return;
   }
   OpenHandles& handles = Opened();
   std::lock_guard<std::mutex> lock(handles.mu);
   auto it = handles.open.find({handle_, ordinal_});
   if (it != handles.open.end() && --it->second.refs == 0) {
-    cudaIpcCloseMemHandle(ptr_);
+    (void)gpuIpcCloseMemHandle(ptr_);
     handles.open.erase(it);
   }
 }

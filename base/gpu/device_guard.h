@@ -15,7 +15,7 @@ class DeviceGuard {
     }
   }
   ~DeviceGuard() {
-    if (restore_) gpuSetDevice(previous_);
+    if (restore_) (void)gpuSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

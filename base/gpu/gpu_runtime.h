@@ -15,8 +15,10 @@ using gpu_bfloat16 = __hip_bfloat16;
 #else  // ROCm 5 (Debian 12): hip_bfloat16, round-to-nearest-even from float
 #include <hip/hip_bfloat16.h>
 using gpu_bfloat16 = hip_bfloat16;
+#if defined(__HIPCC__)  // host-only C++ (the runtime API users) sees hip_bfloat16 as a bare struct
 __host__ __device__ inline float gpuBFloat16ToFloat(hip_bfloat16 v) { return static_cast<float>(v); }
 __host__ __device__ inline hip_bfloat16 gpuFloatToBFloat16(float f) { return hip_bfloat16::round_to_bfloat16(f); }
+#endif
 #endif
 using gpuError_t = hipError_t;
 using gpuStream_t = hipStream_t;
@@ -99,6 +101,14 @@ inline hipMemoryType gpuPointerMemoryType(const hipPointerAttribute_t& a) {
 // gpuHostAlloc is hipHostMalloc, whose flags are named after it.
 #define gpuHostAllocMapped hipHostMallocMapped
 #define gpuHostAllocPortable hipHostMallocPortable
+// --- ipc/ (legacy IPC windows; issue 15 part 6, the HIP backend) ---
+using gpuIpcMemHandle_t = hipIpcMemHandle_t;
+#define gpuIpcGetMemHandle hipIpcGetMemHandle
+#define gpuIpcOpenMemHandle hipIpcOpenMemHandle
+#define gpuIpcCloseMemHandle hipIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
+#define COLLECTIVED_GPU_IPC_NAME "hipIpc"  // in messages
+// --- end ipc/ ---
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -173,6 +183,14 @@ using gpuPointerAttributes = cudaPointerAttributes;
 #define gpuHostRegisterPortable cudaHostRegisterPortable
 #define gpuHostAllocMapped cudaHostAllocMapped
 #define gpuHostAllocPortable cudaHostAllocPortable
+// --- ipc/ (legacy IPC windows; issue 15 part 6, the HIP backend) ---
+using gpuIpcMemHandle_t = cudaIpcMemHandle_t;
+#define gpuIpcGetMemHandle cudaIpcGetMemHandle
+#define gpuIpcOpenMemHandle cudaIpcOpenMemHandle
+#define gpuIpcCloseMemHandle cudaIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
+#define COLLECTIVED_GPU_IPC_NAME "cudaIpc"  // in messages
+// --- end ipc/ ---
 inline cudaError_t gpuDeviceUsesMps(int device, int* mps) {
   return cudaDeviceGetAttribute(mps, cudaDevAttrMpsEnabled, device);
 }

@@ -81,7 +81,7 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-          for (int i = 0; i < kN; ++i) {
+          for (uint64_t i = 0; i < kN; ++i) {
             acc[u][i] = E::Load(x[u].v[i]);
             if (a.world > 1) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(y[u].v[i]));
           }
@@ -94,14 +94,14 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-          for (int i = 0; i < kN; ++i) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(x[u].v[i]));
+          for (uint64_t i = 0; i < kN; ++i) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(x[u].v[i]));
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         Pack<T> out;
 #pragma unroll
-        for (int i = 0; i < kN; ++i) {
+        for (uint64_t i = 0; i < kN; ++i) {
           if constexpr (kOp == ReduceOp::kAvg) acc[u][i] = acc[u][i] / static_cast<A>(a.world);
           out.v[i] = E::Store(acc[u][i]);
         }
