@@ -74,21 +74,14 @@ __global__ void PublishKernel(PublishArgs p) {
   StoreRelease(p.words[threadIdx.x], p.value);
 }
 
-template <typename K>
-Status Preload(K kernel) {
-  gpuFuncAttributes attr;
-  COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status PreloadOpRingKernels() {
-  COLLECTIVED_RETURN_IF_ERROR(Preload(PostKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(CompleteKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(WaitKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(RingPostKernel));
-  return Preload(PublishKernel);
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(PostKernel));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(CompleteKernel));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(WaitKernel));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(RingPostKernel));
+  return gpu::PreloadKernel(PublishKernel);
 }
 
 Status LaunchPost(uint64_t* counter, uint64_t* op_index, gpuStream_t stream, uint64_t* posted_mirror,

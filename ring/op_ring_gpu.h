@@ -113,7 +113,7 @@ struct PublishArgs {
 };
 Status LaunchPublish(const PublishArgs& args, gpuStream_t stream);
 
-// Loads this file's kernels now (see kernels' PreloadKernels for why).
+// Loads this file's kernels now (gpu::PreloadKernel says why).
 Status PreloadOpRingKernels();
 
 }  // namespace collectived::ring

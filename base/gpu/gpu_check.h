@@ -27,4 +27,19 @@ inline Status GpuErrorStatus(gpuError_t err, const char* call, const char* file,
     }                                                                                   \
   } while (0)
 
+namespace collectived::gpu {
+
+// Loads `kernel`'s module now. With lazy module loading (the CUDA default) a
+// kernel's first launch loads it, and that can block the host until running
+// kernels finish: a rank spinning in a barrier for a peer whose launch is
+// blocked never finishes. Launchers of spinning kernels preload them.
+template <typename Kernel>
+Status PreloadKernel(Kernel kernel) {
+  gpuFuncAttributes attr;
+  COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
+  return Status::Ok();
+}
+
+}  // namespace collectived::gpu
+
 #endif  // COLLECTIVED_BASE_GPU_GPU_CHECK_H_

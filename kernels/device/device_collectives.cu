@@ -319,36 +319,29 @@ bool AllAligned(const DeviceRankArgs& a) {
   return true;
 }
 
-template <typename K>
-Status Preload(K kernel) {
-  gpuFuncAttributes attr;
-  COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status PreloadKernels() {
   COLLECTIVED_RETURN_IF_ERROR(PreloadReduceKernels());
   COLLECTIVED_RETURN_IF_ERROR(ring::PreloadOpRingKernels());
-  COLLECTIVED_RETURN_IF_ERROR(Preload(DelayKernel));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint16_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint32_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPushKernel<uint64_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint16_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint32_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(AllGatherPullKernel<uint64_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint16_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint32_t>));
-  COLLECTIVED_RETURN_IF_ERROR(Preload(FusedAllGatherKernel<uint64_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(DelayKernel));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(AllGatherPushKernel<uint16_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(AllGatherPushKernel<uint32_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(AllGatherPushKernel<uint64_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(AllGatherPullKernel<uint16_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(AllGatherPullKernel<uint32_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(AllGatherPullKernel<uint64_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(FusedAllGatherKernel<uint16_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(FusedAllGatherKernel<uint32_t>));
+  COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(FusedAllGatherKernel<uint64_t>));
   for (DataType dt : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                       DataType::kInt32, DataType::kInt64, DataType::kUint32}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
       if (!IsValidReduction(dt, op)) continue;
       COLLECTIVED_RETURN_IF_ERROR(DispatchReduction(dt, op, []<typename T, ReduceOp kOp>() -> Status {
-        COLLECTIVED_RETURN_IF_ERROR(Preload(OneShotKernel<T, kOp>));
-        COLLECTIVED_RETURN_IF_ERROR(Preload(TwoShotPushKernel<T, kOp>));
-        return Preload(FusedKernel<T, kOp>);
+        COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(OneShotKernel<T, kOp>));
+        COLLECTIVED_RETURN_IF_ERROR(gpu::PreloadKernel(TwoShotPushKernel<T, kOp>));
+        return gpu::PreloadKernel(FusedKernel<T, kOp>);
       }));
     }
   }

@@ -68,9 +68,7 @@ Status PreloadReduceKernels() {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
       if (!IsValidReduction(dt, op)) continue;
       COLLECTIVED_RETURN_IF_ERROR(DispatchReduction(dt, op, []<typename T, ReduceOp kOp>() -> Status {
-        gpuFuncAttributes attr;
-        COLLECTIVED_GPU_CHECK(gpuFuncGetAttributes(&attr, reinterpret_cast<const void*>(ReduceSlotsKernel<T, kOp>)));
-        return Status::Ok();
+        return gpu::PreloadKernel(ReduceSlotsKernel<T, kOp>);
       }));
     }
   }
