@@ -39,7 +39,11 @@ bool Registry::BufferInUseLocked(uint64_t session_id, uint64_t buffer_id) {
     const ring::CommSegment& seg = cit->second->seg;
     const uint64_t done = seg.control(rank).completed.value.load(std::memory_order_acquire);
     const uint64_t posted = seg.control(rank).next_index.value.load(std::memory_order_acquire);
-    for (uint64_t i = done; i < posted; ++i) {
+    // Both counters are member-writable: look at no more than the ring's
+    // slots, so a scribbled count cannot keep this loop (under the lock) going.
+    const uint64_t depth = seg.ring_depth();
+    const uint64_t first = posted - done > depth ? posted - depth : done;
+    for (uint64_t i = first; i < posted && i - first < depth; ++i) {
       const ring::RingSlot& slot = seg.slot(rank, i);
       if (slot.ready_seq.load(std::memory_order_acquire) != i + 1) continue;
       if (slot.desc.send_buffer_id == buffer_id || slot.desc.recv_buffer_id == buffer_id) return true;

@@ -42,7 +42,8 @@ Status PeerVerdict(const CommSegment& seg, uint64_t index) {
     const uint64_t flag = seg.control(k).phase_flag[ring::kPhaseStart].value.load(std::memory_order_acquire);
     const StatusCode code = ring::PhaseFlagStatus(flag);
     if (code != StatusCode::kOk) {
-      return Status(code, "rank " + std::to_string(k) + ": " + seg.slot(k, index).status_message);
+      return Status(code, "rank " + std::to_string(k) + ": " +
+                            ring::SharedText(seg.slot(k, index).status_message, ring::kMessageBytes));
     }
   }
   return Status::Ok();
@@ -116,7 +117,7 @@ Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDe
                const OpInputs& in, const ring::WaitContext& ctx) {
   const uint32_t n = seg.world_size();
   const size_t esize = DataTypeSize(d.dtype);
-  const ring::CommHeader& h = seg.header();
+  const ring::SegmentParams& h = seg.params();
   ring::StatusRecord& trace = seg.status_record(rank, index);
   // Debug hooks that hold race windows open (stress harness only).
   if (h.debug_delay_rank == static_cast<int32_t>(rank)) SleepUs(h.debug_delay_us);
@@ -177,7 +178,7 @@ void CountOp(const CommSegment& seg, uint32_t rank, bool matched, const Status& 
 Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
                  const std::atomic<bool>* stop) {
   const uint32_t n = seg.world_size();
-  ring::WaitContext ctx{&seg, stop, ring::NowNs() + static_cast<int64_t>(seg.header().op_timeout_ns)};
+  ring::WaitContext ctx{&seg, stop, ring::NowNs() + static_cast<int64_t>(seg.params().op_timeout_ns)};
   // A failed wait means a peer is gone or stuck: abort the communicator so
   // every rank stops waiting, and fail the op with the reason.
   auto fail_hard = [&](const Status& s) {
@@ -207,7 +208,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   Status verdict = ring::MatchDescriptors(index, descs.data(), n);
   const bool matched = verdict.ok();
   for (uint32_t k = 0; verdict.ok() && k < n; ++k) {
-    Status v = ring::ValidateDescriptor(*descs[k], seg.header().max_message_bytes);
+    Status v = ring::ValidateDescriptor(*descs[k], seg.params().max_message_bytes);
     if (!v.ok()) verdict = Status(v.code(), "rank " + std::to_string(k) + ": " + v.message());
   }
   const OpDescriptor own = *descs[rank];
@@ -246,7 +247,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   if (!s.ok()) return fail_hard(s);
   if (verdict.ok()) verdict = PeerVerdict(seg, index);
 
-  const uint32_t unsafe = seg.header().unsafe_flags;
+  const uint32_t unsafe = seg.params().unsafe_flags;
   // Negative control (DeepEP): completion published before the output is written.
   const bool complete_early = verdict.ok() && (unsafe & ring::kUnsafeEventBeforeEpilogue) != 0;
   if (complete_early) {

@@ -1,5 +1,6 @@
 #include "ipc/shm_window.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,10 +17,17 @@ Status Errno(const char* what) { return Status::Internal(std::string(what) + ": 
 
 Status ShmWindow::Create(const std::string& name, uint64_t bytes, std::unique_ptr<ShmWindow>* out) {
   if (bytes == 0) return Status::InvalidArgument("window of 0 bytes");
-  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     Status s = errno == ENOSPC || errno == ENOMEM ? Status::ResourceExhausted("no memory for window") : Errno("ftruncate");
+    close(fd);
+    return s;
+  }
+  // Every process it is shared with can write it, but none may resize it: a
+  // shrink would fault this process (SIGBUS) on its next access.
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    Status s = Errno("sealing the window's size");
     close(fd);
     return s;
   }

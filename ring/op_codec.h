@@ -22,7 +22,12 @@ inline uint64_t EncodePhaseFlag(uint64_t index, StatusCode local) {
 }
 // The op generation (index + 1) a flag was published for.
 inline uint64_t PhaseFlagGeneration(uint64_t flag) { return flag >> kPhaseFlagShift; }
-inline StatusCode PhaseFlagStatus(uint64_t flag) { return static_cast<StatusCode>(flag & 0xff); }
+// Any member writes its own flags: a code that is no status code reads as kUnknown.
+inline StatusCode PhaseFlagStatus(uint64_t flag) {
+  const uint64_t code = flag & 0xff;
+  return code <= static_cast<uint64_t>(StatusCode::kUnauthenticated) ? static_cast<StatusCode>(code)
+                                                                     : StatusCode::kUnknown;
+}
 
 // ---- where a daemon-executed GPU op's buffer lies (its descriptor's buffer-id fields) ----
 

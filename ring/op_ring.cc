@@ -53,7 +53,8 @@ Status CompletedOpStatus(const CommSegment& seg, uint32_t rank, uint64_t index) 
     return Status::FailedPrecondition("status of op " + std::to_string(index) + " is no longer kept (only the last " +
                                       std::to_string(kStatusHistory) + " ops are)");
   }
-  const auto code = static_cast<StatusCode>(rec.code.load(std::memory_order_acquire));
+  const int32_t raw = rec.code.load(std::memory_order_acquire);
+  const StatusCode code = raw == 0 ? StatusCode::kOk : SharedStatusCode(static_cast<uint32_t>(raw));
   if (rec.seq.load(std::memory_order_acquire) != index + 1) {  // the record moved on while we read the code
     return Status::FailedPrecondition("status of op " + std::to_string(index) + " is no longer kept");
   }
@@ -65,9 +66,8 @@ Status CompletedOpStatus(const CommSegment& seg, uint32_t rank, uint64_t index) 
   if (slot.ready_seq.load(std::memory_order_acquire) == index + 1) {
     char copy[kMessageBytes];
     std::memcpy(copy, slot.status_message, kMessageBytes);
-    copy[kMessageBytes - 1] = '\0';
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (slot.ready_seq.load(std::memory_order_relaxed) == index + 1) message = copy;
+    if (slot.ready_seq.load(std::memory_order_relaxed) == index + 1) message = SharedText(copy, kMessageBytes);
   }
   return Status(code, message);
 }

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ring/matcher.h"
+#include "ring/op_codec.h"
 #include "ring/op_ring.h"
 #include "ring/segment_layout.h"
 #include "ring/wait.h"
@@ -260,6 +261,69 @@ TEST(MatcherTest, ThresholdPicksThePlan) {
   EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 1024, 1024), Algorithm::kOneShot);
   EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 1025, 1024), Algorithm::kTwoShot);
   EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllGather, 1 << 30, 1024), Algorithm::kGather);
+}
+
+}  // namespace
+}  // namespace collectived::ring
+
+namespace collectived::ring {
+namespace {
+
+// Members can write the whole segment (docs/security.md): what this process
+// indexes and times with comes from its own copy, and codes and texts read
+// from shared memory are mapped and bounded.
+TEST(SharedMemoryTrustTest, AScribbledHeaderMovesNothingThisProcessUses) {
+  OwnedSegment o(Params(4, 8));
+  CommSegment attached;
+  ASSERT_TRUE(CommSegment::Attach(o.mem.get(), o.bytes, &attached).ok());
+  RingSlot* slot_before = &attached.slot(3, 5);
+  CommHeader& h = o.seg.header();
+  h.ring_depth = 0;  // a division or mask by it would fault
+  h.world_size = 1u << 30;
+  h.op_timeout_ns = 0;
+  h.max_message_bytes = ~0ull;
+  h.unsafe_flags = ~0u;
+  for (const CommSegment* s : {&o.seg, &attached}) {
+    EXPECT_EQ(s->ring_depth(), 8u);
+    EXPECT_EQ(s->world_size(), 4u);
+    EXPECT_EQ(s->params().op_timeout_ns, 2'000'000'000u);
+    EXPECT_EQ(s->params().max_message_bytes, uint64_t{1} << 16);
+    EXPECT_EQ(s->params().unsafe_flags, 0u);
+  }
+  EXPECT_EQ(&attached.slot(3, 5), slot_before);
+  EXPECT_EQ(&attached.slot(3, 13), slot_before) << "index 13 wraps onto slot 5 of an 8-deep ring";
+}
+
+TEST(SharedMemoryTrustTest, AbortCodesAndReasonsAreMappedAndBounded) {
+  OwnedSegment o(Params(2));
+  CommHeader& h = o.seg.header();
+  std::memset(h.abort_reason, 'x', sizeof(h.abort_reason));  // no terminator
+  h.abort_reason[3] = '\n';
+  h.abort_code.store(999);
+  Status s = o.seg.AbortStatus();
+  EXPECT_EQ(s.code(), StatusCode::kUnknown);
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << "a control character would forge a log line";
+  EXPECT_LE(s.message().size(), std::string("communicator aborted: ").size() + sizeof(h.abort_reason));
+  h.abort_code.store(static_cast<uint64_t>(StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(o.seg.AbortStatus().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(SharedStatusCode(0), StatusCode::kUnknown);
+  EXPECT_EQ(SharedStatusCode(uint64_t{1} << 40 | 10), StatusCode::kUnknown);
+  EXPECT_EQ(PhaseFlagStatus(EncodePhaseFlag(3, StatusCode::kOk) | 0xee), StatusCode::kUnknown);
+}
+
+TEST(SharedMemoryTrustTest, AScribbledOpStatusIsMappedAndItsTextBounded) {
+  OwnedSegment o(Params(2));
+  WaitContext ctx{&o.seg, nullptr, NowNs() + 1'000'000'000};
+  uint64_t index = 0;
+  ASSERT_TRUE(PostOp(o.seg, 0, AllReduce(4), ctx, &index).ok());
+  CompleteOp(o.seg, 0, index, Status::Internal("x"));
+  RingSlot& slot = o.seg.slot(0, index);
+  std::memset(slot.status_message, '\r', sizeof(slot.status_message));  // no terminator, control characters
+  o.seg.status_record(0, index).code.store(77);
+  Status s = CompletedOpStatus(o.seg, 0, index);
+  EXPECT_EQ(s.code(), StatusCode::kUnknown);
+  EXPECT_EQ(s.message().size(), kMessageBytes);
+  EXPECT_EQ(s.message().find('\r'), std::string::npos);
 }
 
 }  // namespace

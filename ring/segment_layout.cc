@@ -74,6 +74,7 @@ Status CommSegment::Initialize(void* base, uint64_t bytes, const SegmentParams& 
   h->magic = kSegmentMagic;
   out->base_ = static_cast<uint8_t*>(base);
   out->layout_ = layout;
+  out->params_ = params;
   return Status::Ok();
 }
 
@@ -85,10 +86,20 @@ Status CommSegment::Attach(void* base, uint64_t bytes, CommSegment* out) {
     return Status::FailedPrecondition("segment layout version " + std::to_string(h->layout_version) +
                                       ", this library speaks " + std::to_string(kLayoutVersion));
   }
+  // Read once: every member can write the header, so what this process uses
+  // afterwards is this copy (docs/security.md).
   SegmentParams p;
   p.world_size = h->world_size;
   p.ring_depth = h->ring_depth;
   p.max_message_bytes = h->max_message_bytes;
+  p.one_shot_max_bytes = h->one_shot_max_bytes;
+  p.op_timeout_ns = h->op_timeout_ns;
+  p.mode = static_cast<ExecutionMode>(h->mode);
+  p.comm_id = h->comm_id;
+  p.unsafe_flags = h->unsafe_flags;
+  p.debug_delay_rank = h->debug_delay_rank;
+  p.debug_delay_us = h->debug_delay_us;
+  p.debug_delay_copyout_us = h->debug_delay_copyout_us;
   SegmentLayout layout;
   COLLECTIVED_RETURN_IF_ERROR(SegmentLayout::Compute(p, &layout));
   if (layout.total_bytes != h->segment_bytes || bytes < layout.total_bytes) {
@@ -96,6 +107,7 @@ Status CommSegment::Attach(void* base, uint64_t bytes, CommSegment* out) {
   }
   out->base_ = static_cast<uint8_t*>(base);
   out->layout_ = layout;
+  out->params_ = p;
   return Status::Ok();
 }
 
@@ -105,7 +117,7 @@ RankControl& CommSegment::control(uint32_t rank) const {
 
 RingSlot& CommSegment::slot(uint32_t rank, uint64_t index) const {
   auto* slots = reinterpret_cast<RingSlot*>(base_ + layout_.ring_offset);
-  const uint64_t depth = header().ring_depth;
+  const uint64_t depth = params_.ring_depth;  // the private copy: a scribbled header cannot move this
   return slots[rank * depth + (index & (depth - 1))];
 }
 
@@ -136,7 +148,22 @@ uint64_t CommSegment::control_bytes() const { return layout_.status_offset; }
 Status CommSegment::AbortStatus() const {
   const uint64_t code = header().abort_code.load(std::memory_order_acquire);
   if (code == 0) return Status::Ok();
-  return Status(static_cast<StatusCode>(code), std::string("communicator aborted: ") + header().abort_reason);
+  // Any member can write the code and the reason: map the code to a status
+  // code that exists and read the reason within its field.
+  return Status(SharedStatusCode(code), "communicator aborted: " + SharedText(header().abort_reason, sizeof(header().abort_reason)));
+}
+
+StatusCode SharedStatusCode(uint64_t code) {
+  return code >= 1 && code <= static_cast<uint64_t>(StatusCode::kUnauthenticated) ? static_cast<StatusCode>(code)
+                                                                                    : StatusCode::kUnknown;
+}
+
+std::string SharedText(const char* text, size_t capacity) {
+  std::string out(text, strnlen(text, capacity));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';  // no forged log lines
+  }
+  return out;
 }
 
 }  // namespace collectived::ring

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "collectived/status.h"
 #include "collectived/types.h"
@@ -146,8 +147,12 @@ class CommSegment {
 
   CommHeader& header() const { return *reinterpret_cast<CommHeader*>(base_); }
   const SegmentLayout& layout() const { return layout_; }
-  uint32_t world_size() const { return header().world_size; }
-  uint32_t ring_depth() const { return header().ring_depth; }
+  // The parameters as this process initialized or first read them. Members
+  // can write the header; code that indexes, loops or times with these values
+  // uses this copy, never header() (docs/security.md).
+  const SegmentParams& params() const { return params_; }
+  uint32_t world_size() const { return params_.world_size; }
+  uint32_t ring_depth() const { return params_.ring_depth; }
   RankControl& control(uint32_t rank) const;
   RingSlot& slot(uint32_t rank, uint64_t index) const;
   StatusRecord& status_record(uint32_t rank, uint64_t index) const;
@@ -165,7 +170,16 @@ class CommSegment {
  private:
   uint8_t* base_ = nullptr;
   SegmentLayout layout_{};
+  SegmentParams params_{};
 };
+
+// A status code read from shared memory, mapped to one that exists
+// (kUnknown otherwise): a member must not choose arbitrary codes for its peers.
+StatusCode SharedStatusCode(uint64_t code);
+// A C string read from shared memory: at most `capacity` bytes, control
+// characters replaced, so an unterminated or forged text cannot overrun or
+// forge log lines.
+std::string SharedText(const char* text, size_t capacity);
 
 }  // namespace collectived::ring
 

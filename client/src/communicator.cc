@@ -217,7 +217,7 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
   COLLECTIVED_RETURN_IF_ERROR(client_->CheckSpan(recv, out_bytes, "recv", &d.recv_buffer_id));
   d.send_offset = send.offset;
   d.recv_offset = recv.offset;
-  d.algorithm = ring::ChooseAlgorithm(kind, in_bytes, seg_.header().one_shot_max_bytes);
+  d.algorithm = ring::ChooseAlgorithm(kind, in_bytes, seg_.params().one_shot_max_bytes);
 
   uint64_t index = 0;
   if (via_rpc) {
@@ -232,7 +232,7 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
     req.set_recv_offset(d.recv_offset);
     COLLECTIVED_RETURN_IF_ERROR(client_->Submit(comm_id_, rank_, req, &index));
   } else {
-    ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.header().op_timeout_ns)};
+    ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
     COLLECTIVED_RETURN_IF_ERROR(ring::PostOp(seg_, rank_, d, ctx, &index));
   }
   auto state = std::make_shared<HandleState>();
@@ -256,7 +256,7 @@ Status CommunicatorImpl::Destroy() {
   const uint64_t posted = seg_.control(rank_).next_index.value.load(std::memory_order_acquire);
   // An abort ends the wait too: an index taken but never published (its post
   // failed) would otherwise hold Destroy for the whole op timeout.
-  ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.header().op_timeout_ns) +
+  ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns) +
                                             5'000'000'000LL};
   Status drained = posted == 0 ? Status::Ok()
                                : ring::WaitAtLeast(seg_.control(rank_).completed.value, posted, ctx,

@@ -46,11 +46,11 @@ class CommunicatorImpl : public host::BufferResolver {
   uint32_t world_size() const { return seg_.world_size(); }
   uint64_t id() const { return comm_id_; }
   ExecutionMode mode() const { return mode_; }
-  uint64_t max_message_bytes() const { return seg_.header().max_message_bytes; }
+  uint64_t max_message_bytes() const { return seg_.params().max_message_bytes; }
   const ring::CommSegment& segment() const { return seg_; }
 
  private:
-  int64_t OpTimeoutMs() const { return static_cast<int64_t>(seg_.header().op_timeout_ns / 1000000); }
+  int64_t OpTimeoutMs() const { return static_cast<int64_t>(seg_.params().op_timeout_ns / 1000000); }
 
   std::shared_ptr<ClientImpl> client_;
   uint64_t comm_id_;

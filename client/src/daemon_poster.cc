@@ -62,7 +62,7 @@ Status DaemonPoster::PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream
   p.completed = completed_mirror;
   p.abort_word = abort_word;
   p.error_word = ring::GpuControlLayout::Error(c);
-  p.timeout_ns = setup.seg.header().op_timeout_ns;
+  p.timeout_ns = setup.seg.params().op_timeout_ns;
   COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
   return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
 }

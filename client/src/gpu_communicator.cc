@@ -122,7 +122,7 @@ Status GpuCommunicator::AllocBuffer(uint64_t bytes, GpuHeapBuffer* out) {
   // of those ops passed the end barrier with them). Freeing at once would let
   // the next AllocBuffer hand the range out while an op still writes it.
   // Waiting keeps the heap symmetric: every rank frees at the same point.
-  const int64_t timeout_ms = static_cast<int64_t>(engine_->setup.seg.header().op_timeout_ns / 1000000) + 5000;
+  const int64_t timeout_ms = static_cast<int64_t>(engine_->setup.seg.params().op_timeout_ns / 1000000) + 5000;
   out->release = [heap = engine_->heap, offset, order = engine_->order, device = engine_->setup.device, timeout_ms] {
     COLLECTIVED_RETURN_IF_ERROR(WaitForEnqueued(order, device, timeout_ms,
                                                 "a GPU op enqueued before this heap buffer's Free did not finish; "
@@ -165,7 +165,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   const void* recv_at[ring::kMaxDeviceRanks];
   const bool zero_copy = m.Symmetric(send, bytes, &send_tag, send_at) && m.Symmetric(recv, bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
-  const bool small = ring::ChooseAlgorithm(CollectiveKind::kAllReduce, bytes, m.setup.seg.header().one_shot_max_bytes) ==
+  const bool small = ring::ChooseAlgorithm(CollectiveKind::kAllReduce, bytes, m.setup.seg.params().one_shot_max_bytes) ==
                      ring::Algorithm::kOneShot;
   device::DeviceAlgorithm algo = small ? device::DeviceAlgorithm::kOneShot : device::DeviceAlgorithm::kTwoShotPush;
   std::function<Status()> copy_in, copy_out;

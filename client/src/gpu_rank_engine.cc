@@ -63,7 +63,7 @@ Status GpuRankEngine::Map(GpuCommSetup setup, const FetchFd& fetch, std::unique_
 }
 
 uint8_t* GpuRankEngine::staging(uint32_t r, uint64_t bytes) const {
-  if ((setup.seg.header().unsafe_flags & ring::kUnsafeSizeDependentSlots) != 0) {
+  if ((setup.seg.params().unsafe_flags & ring::kUnsafeSizeDependentSlots) != 0) {
     const uint64_t stride = (bytes + 15) / 16 * 16;
     if (stride * world() <= setup.slot_bytes) return slot(0) + setup.slot_bytes - (world() - r) * stride;
   }
@@ -132,11 +132,11 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.counter = ring::GpuControlLayout::Counter(c, setup.rank);
   a.abort_word = abort_word;
   a.error_word = ring::GpuControlLayout::Error(c);
-  a.timeout_ns = setup.seg.header().op_timeout_ns;
+  a.timeout_ns = setup.seg.params().op_timeout_ns;
   a.descriptors = ring::GpuControlLayout::Descriptors(c);
   a.trace = ring::GpuControlLayout::Trace(c, setup.rank);
   // Debug hook and negative control (daemon flags, in the segment header).
-  const ring::CommHeader& h = setup.seg.header();
+  const ring::SegmentParams& h = setup.seg.params();
   if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
   a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
   return a;
@@ -187,7 +187,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
   op->captured = capture != gpuStreamCaptureStatusNone;
   op->seg = setup.seg;
   op->seg_keep = setup.seg_keep;
-  op->timeout_ns = setup.seg.header().op_timeout_ns;
+  op->timeout_ns = setup.seg.params().op_timeout_ns;
   op->slots = slots;
   COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
   int32_t* slot_dev = nullptr;
@@ -215,7 +215,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
     }
     if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
     // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
-    const ring::CommHeader& h = setup.seg.header();
+    const ring::SegmentParams& h = setup.seg.params();
     KernelCompletion completion;
     if (in_kernel) {
       completion.in_kernel = true;

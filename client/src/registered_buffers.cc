@@ -59,7 +59,7 @@ Status RegisterCallerBuffer(const GpuCommSetup& setup, const FetchFd& fetch,
   out->ptr = ptr;
   out->bytes = bytes;
   out->keep = std::move(ex.retained);
-  const int64_t timeout_ms = static_cast<int64_t>(setup.seg.header().op_timeout_ns / 1000000) + 5000;
+  const int64_t timeout_ms = static_cast<int64_t>(setup.seg.params().op_timeout_ns / 1000000) + 5000;
   // Like a heap buffer's Free: the rank's ops enqueued before it run first;
   // then the peers' mappings go, and the daemon's reference (unless the
   // communicator was destroyed, which dropped it).

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <thread>
 
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "ipc/fd_channel.h"
+#include "ring/segment_layout.h"
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/exact_data.h"
 
@@ -633,6 +635,73 @@ TEST_F(DaemonTest, RegisterPlanIsCheckedAndCounted) {
     EXPECT_EQ(cs.ranks(0).captured_plans(), 2u);
   }
   EXPECT_TRUE(found);
+}
+
+// A member can write its whole communicator segment (docs/security.md). One
+// that scribbles on the header and its counters spoils its own communicator
+// only: the daemon reads its own copy of the layout, bounds what it loops
+// over, maps the abort code, and keeps serving everyone else.
+TEST_F(DaemonTest, AScribblingMemberSpoilsOnlyItsOwnCommunicator) {
+  std::unique_ptr<Client> c[4];
+  for (auto& x : c) x = daemon_.Connect();
+  std::unique_ptr<Communicator> spoilt[2], bystander[2];
+  RunRanks(2, [&](uint32_t r) {
+    spoilt[r] = Join(*c[r], "spoilt", 2, r, ExecutionMode::kDaemon);
+    bystander[r] = Join(*c[2 + r], "bystander", 2, r, ExecutionMode::kDaemon);
+  });
+  ASSERT_TRUE(spoilt[0] && spoilt[1] && bystander[0] && bystander[1]);
+  RunRanks(2, [&](uint32_t r) { EXPECT_EQ(SumAllReduce(*c[r], *spoilt[r], 256, 1), 0u); });
+  Buffer pinned;
+  ASSERT_TRUE(c[0]->AllocBuffer(4096, &pinned).ok());
+  // This process maps the segment (as "collectived-comm-<id>"): scribble on it.
+  const std::string name = "memfd:collectived-comm-" + std::to_string(spoilt[0]->id()) + " ";
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uintptr_t at = 0, end = 0;
+  while (std::getline(maps, line)) {
+    if (line.find(name) == std::string::npos) continue;
+    at = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+  }
+  ASSERT_NE(at, 0u) << "no mapping named " << name;
+  ring::CommSegment seg;
+  ASSERT_TRUE(ring::CommSegment::Attach(reinterpret_cast<void*>(at), end - at, &seg).ok());
+  ring::CommHeader* h = &seg.header();
+  h->ring_depth = 0;
+  h->world_size = 1u << 30;
+  h->op_timeout_ns = 0;
+  h->max_message_bytes = ~0ull;
+  seg.control(0).next_index.value.store(uint64_t{1} << 62);
+  std::memset(h->abort_reason, '\n', sizeof(h->abort_reason));
+  h->abort_code.store(999);
+  h->abort_claim.store(1);
+  // The daemon walks rank 0's in-flight ops for this free: bounded, not 2^62.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(pinned.Free().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  // Stats read the spoilt segment; the codes and texts in it are mapped.
+  bool found = false;
+  const v1::GetStatsResponse stats = Stats(daemon_);
+  for (const auto& cs : stats.communicators()) {
+    if (cs.comm_id() != spoilt[0]->id()) continue;
+    found = true;
+    EXPECT_EQ(cs.abort_reason().find('\n'), std::string::npos) << "a forged log line";
+  }
+  EXPECT_TRUE(found);
+  // The spoilt communicator fails cleanly, with a status that exists.
+  Buffer b;
+  ASSERT_TRUE(c[0]->AllocBuffer(1024, &b).ok());
+  Handle hd;
+  Status s = spoilt[0]->AllReduce(b, b, 256, DataType::kFloat32, ReduceOp::kSum, &hd);
+  if (s.ok()) s = hd.Wait();
+  EXPECT_FALSE(s.ok());
+  EXPECT_LE(static_cast<int>(s.code()), static_cast<int>(StatusCode::kUnauthenticated)) << s.ToString();
+  EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+  // Everyone else is served exactly, a fresh client too.
+  RunRanks(2, [&](uint32_t r) { EXPECT_EQ(SumAllReduce(*c[2 + r], *bystander[r], 4096, 7), 0u); });
+  auto fresh = daemon_.Connect();
+  Buffer f;
+  EXPECT_TRUE(fresh->AllocBuffer(4096, &f).ok());
 }
 
 TEST(DaemonLifecycleTest, SecondDaemonOnTheSameSocketRefusesToStart) {
