@@ -94,7 +94,7 @@ void GpuExecutor::Run() {
       break;
     }
     if (!s.ok()) {
-      spdlog::error("communicator {}: daemon-executed GPU op {} failed: {}", seg_.header().comm_id, index,
+      spdlog::error("communicator {}: daemon-executed GPU op {} failed: {}", seg_.params().comm_id, index,
                     s.ToString());
       // Copies of the failed op may still run: let them land before the
       // clients hear of the abort and reuse their buffers.
@@ -317,7 +317,7 @@ Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t world) {
   fork_ = f;
   COLLECTIVED_GPU_CHECK(gpuMalloc(&scratch_, size));
   scratch_size_ = size;
-  spdlog::info("communicator {}: copy-engine all-reduce scratch of {} bytes, {} copy lanes", seg_.header().comm_id,
+  spdlog::info("communicator {}: copy-engine all-reduce scratch of {} bytes, {} copy lanes", seg_.params().comm_id,
                size, lanes_.size());
   return Status::Ok();
 }

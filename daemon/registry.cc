@@ -79,7 +79,7 @@ Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ri
     return Status::ResourceExhausted("op ring of rank " + std::to_string(rank) + " is full (" +
                                      std::to_string(seg.ring_depth()) + " ops in flight)");
   }
-  desc.algorithm = ring::ChooseAlgorithm(desc.kind, in_bytes, seg.header().one_shot_max_bytes);
+  desc.algorithm = ring::ChooseAlgorithm(desc.kind, in_bytes, seg.params().one_shot_max_bytes);
   // Post outside the lock: if another poster of this rank took the last free
   // slot, PostOp waits for the rank's executor, which needs this lock to
   // resolve buffers. The window keeps the segment mapped meanwhile.
@@ -87,7 +87,7 @@ Status Registry::Submit(uint64_t session_id, uint64_t comm_id, uint32_t rank, ri
   const ring::CommSegment posted_seg = seg;
   lock.Unlock();
   ring::WaitContext ctx{&posted_seg, nullptr,
-                        ring::NowNs() + static_cast<int64_t>(posted_seg.header().op_timeout_ns)};
+                        ring::NowNs() + static_cast<int64_t>(posted_seg.params().op_timeout_ns)};
   return ring::PostOp(posted_seg, rank, desc, ctx, index);
 }
 
