@@ -108,9 +108,12 @@ int main(int argc, char** argv) {
     }
     Status ps = testing::PostMixedOp(*comm, op.mix, send[op.slot], recv[op.slot], via_rpc, &op.handle);
     if (!ps.ok()) {
+      // Stop here: a refused op never joins the window, so posting on would
+      // refill a slot whose earlier op is still in flight and report its
+      // elements as wrong.
       std::fprintf(stderr, "rank %u: post failed: %s\n", rank, ps.ToString().c_str());
       ++failed;
-      continue;
+      break;
     }
     inflight.push_back(std::move(op));
   }
