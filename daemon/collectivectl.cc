@@ -26,15 +26,32 @@ int Fail(const char* what, const grpc::Status& s) {
   return 1;
 }
 
-const char* ModeName(v1::ExecutionMode m) {
-  return m == v1::EXECUTION_MODE_DAEMON ? "daemon" : m == v1::EXECUTION_MODE_CLIENT ? "client" : "default";
+// An unknown mode (a newer daemon's) is shown as its number, never as a known name.
+std::string ModeName(v1::ExecutionMode m) {
+  switch (m) {
+    case v1::EXECUTION_MODE_UNSPECIFIED: return "default";
+    case v1::EXECUTION_MODE_CLIENT: return "client";
+    case v1::EXECUTION_MODE_DAEMON: return "daemon";
+    default: return std::to_string(static_cast<int>(m));
+  }
 }
 
+// A JSON string's contents (RFC 8259): quote, backslash and every control
+// character escaped, so no daemon string can break or forge the output.
 std::string JsonEscape(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20 || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof(code), "\\u%04x", c);
+      out += code;
+    } else {
+      out += ch;
+    }
   }
   return out;
 }
@@ -55,7 +72,7 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
                   "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\","
                   "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
-                  ModeName(c.mode()), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
+                  ModeName(c.mode()).c_str(), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
                   c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str(), (unsigned long long)plans,
                   c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers());
@@ -71,7 +88,7 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
   auto row = [](const v1::CommunicatorStats& c) {
     const std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
     std::printf("%-6llu %-24s %5u %-7s %10llu %10llu %10llu %8llu  %s\n", (unsigned long long)c.comm_id(),
-                c.key().c_str(), c.world_size(), ModeName(c.mode()), (unsigned long long)c.posted(),
+                c.key().c_str(), c.world_size(), ModeName(c.mode()).c_str(), (unsigned long long)c.posted(),
                 (unsigned long long)c.matched(), (unsigned long long)c.completed(), (unsigned long long)c.failed(),
                 state.c_str());
   };

@@ -361,6 +361,11 @@ TEST_F(DaemonTest, RawRpcBadIdsGetPreciseCodes) {
     v1::SubmitRequest req;
     req.set_session_id(c->session_id());
     req.set_comm_id(comm->id() + 1000);
+    // A well-formed op: the op's own fields are checked before any id is looked up.
+    req.mutable_op()->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    req.mutable_op()->set_dtype(v1::DATA_TYPE_FLOAT32);
+    req.mutable_op()->set_reduce_op(v1::REDUCE_OP_SUM);
+    req.mutable_op()->set_count(4);
     v1::SubmitResponse resp;
     auto ctx = Ctx();
     EXPECT_EQ(stub->Submit(ctx.get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -438,6 +443,7 @@ TEST_F(DaemonTest, GpuBufferRegistrationIsCheckedOnTheHostBackend) {
   auto stub = RawStub(daemon_);
   v1::AttachRequest attach;
   attach.set_api_major(kApiMajor);
+  attach.set_pid(static_cast<uint32_t>(getpid()));
   attach.set_client_name("raw-register");
   v1::AttachResponse session;
   auto ctx = Ctx();
@@ -610,7 +616,9 @@ TEST_F(DaemonTest, RegisterPlanIsCheckedAndCounted) {
     req.mutable_op()->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
     req.mutable_op()->set_dtype(dtype);
     req.mutable_op()->set_reduce_op(op);
-    req.mutable_op()->set_count(1 << 30);  // sizes are checked when the op runs
+    // Above the message limit (a plan may run on the heap or a registered
+    // buffer): checked when the op runs; only counts above the budget are refused here.
+    req.mutable_op()->set_count(1 << 24);
     v1::RegisterPlanResponse resp;
     auto ctx = Ctx();
     grpc::Status s = stub->RegisterPlan(ctx.get(), req, &resp);
