@@ -20,8 +20,20 @@ std::unique_ptr<grpc::ClientContext> Context(int timeout_ms) {
   return ctx;
 }
 
+// grpc::StatusCode by name (the names of google.rpc.Code); a code this
+// table does not know is printed as its number.
+std::string CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int n = static_cast<int>(code);
+  if (n >= 0 && n < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[n];
+  return std::to_string(n);
+}
+
 int Fail(const char* what, const grpc::Status& s) {
-  std::fprintf(stderr, "collectivectl: %s failed: %d %s\n", what, static_cast<int>(s.error_code()),
+  std::fprintf(stderr, "collectivectl: %s failed: %s: %s\n", what, CodeName(s.error_code()).c_str(),
                s.error_message().c_str());
   return 1;
 }
@@ -56,7 +68,8 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
-void PrintStats(const v1::GetStatsResponse& r, bool json) {
+// `end` follows the JSON object (status embeds it in its own object).
+void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n") {
   if (json) {
     std::printf("{\"sessions\":%llu,\"buffers\":%llu,\"buffer_bytes\":%llu,\"draining\":%s,\"communicators\":[",
                 (unsigned long long)r.sessions(), (unsigned long long)r.buffers(),
@@ -77,7 +90,7 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
                   c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str(), (unsigned long long)plans,
                   c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers());
     }
-    std::printf("]}\n");
+    std::printf("]}%s", end);
     return;
   }
   std::printf("sessions %llu, buffers %llu (%llu bytes)%s\n", (unsigned long long)r.sessions(),
@@ -94,6 +107,21 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
   };
   for (const auto& c : r.communicators()) row(c);
   for (const auto& c : r.recently_closed()) row(c);
+}
+
+// Lists are JSON arrays, every string escaped.
+std::string VersionJson(const v1::GetVersionResponse& v) {
+  auto array = [](const auto& items) {
+    std::string out = "[";
+    for (const auto& item : items) out += (out.size() > 1 ? ",\"" : "\"") + JsonEscape(item) + "\"";
+    return out + "]";
+  };
+  return "{\"daemon_version\":\"" + JsonEscape(v.daemon_version()) + "\",\"api\":\"" +
+         std::to_string(v.api_major()) + "." + std::to_string(v.api_minor()) + "\",\"backend\":\"" +
+         JsonEscape(v.active_backend()) + "\",\"backends\":" + array(v.backends()) +
+         ",\"capabilities\":" + array(v.capabilities()) +
+         ",\"max_message_bytes\":" + std::to_string(v.max_message_bytes()) + ",\"ctl_version\":\"" +
+         JsonEscape(COLLECTIVED_VERSION) + "\"}";
 }
 
 }  // namespace
@@ -114,6 +142,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   const bool json = output == "json";
+  // status -o json: one object, {"health": ..., "version": {...}, "stats": {...}}.
+  const bool status_json = json && status_cmd->parsed();
 
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
   auto stub = v1::CollectiveService::NewStub(channel);
@@ -131,6 +161,7 @@ int main(int argc, char** argv) {
       else std::printf("%s\n", name);
       return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
     }
+    if (status_json) std::printf("{\"health\":\"%s\",", JsonEscape(name).c_str());
     if (!json) std::printf("health: %s\n", name);
   }
   if (version_cmd->parsed() || status_cmd->parsed()) {
@@ -141,10 +172,9 @@ int main(int argc, char** argv) {
     std::string caps;
     for (const auto& c : v.capabilities()) caps += (caps.empty() ? "" : ",") + c;
     if (json && version_cmd->parsed()) {
-      std::printf("{\"daemon_version\":\"%s\",\"api\":\"%u.%u\",\"backend\":\"%s\",\"capabilities\":\"%s\","
-                  "\"max_message_bytes\":%llu,\"ctl_version\":\"%s\"}\n",
-                  v.daemon_version().c_str(), v.api_major(), v.api_minor(), v.active_backend().c_str(),
-                  caps.c_str(), (unsigned long long)v.max_message_bytes(), COLLECTIVED_VERSION);
+      std::printf("%s\n", VersionJson(v).c_str());
+    } else if (status_json) {
+      std::printf("\"version\":%s,\"stats\":", VersionJson(v).c_str());
     } else if (!json) {
       std::printf("collectived %s, API v%u.%u, backend %s, max message %llu bytes (collectivectl %s)\n"
                   "capabilities: %s\n",
@@ -158,7 +188,7 @@ int main(int argc, char** argv) {
     auto ctx = Context(timeout_ms);
     grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
     if (!s.ok()) return Fail("GetStats", s);
-    PrintStats(r, json);
+    PrintStats(r, json, status_json ? "}\n" : "\n");
     return 0;
   }
   if (drain_cmd->parsed()) {
