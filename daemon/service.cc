@@ -65,7 +65,13 @@ Status ValidateJoinRequest(const v1::CreateCommunicatorRequest& r) {
   COLLECTIVED_RETURN_IF_ERROR(val::Range("op_timeout_ms", r.op_timeout_ms(), 0, val::kMaxTimeoutMs));
   COLLECTIVED_RETURN_IF_ERROR(val::Range("join_timeout_ms", r.join_timeout_ms(), 0, val::kMaxTimeoutMs));
   COLLECTIVED_RETURN_IF_ERROR(val::String("device_uuid", r.device_uuid(), val::kMaxDeviceUuidBytes));
-  COLLECTIVED_RETURN_IF_ERROR(val::String("cannot_join", r.cannot_join(), val::kMaxReasonBytes));
+  // cannot_join is free text from the member's own checks (a GPU runtime's
+  // message, say): bounded here, escaped below rather than refused, so the
+  // reason still reaches the peers.
+  if (r.cannot_join().size() > val::kMaxReasonBytes) {
+    return Status::InvalidArgument("cannot_join is " + std::to_string(r.cannot_join().size()) +
+                                   " bytes, above the limit of " + std::to_string(val::kMaxReasonBytes));
+  }
   return Status::Ok();
 }
 
@@ -207,7 +213,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
   j.join_timeout_ms = req->join_timeout_ms();
   j.device_uuid = req->device_uuid();
   j.gpu_heap_bytes = req->gpu_heap_bytes();
-  j.cannot_join = req->cannot_join();
+  j.cannot_join = validate::Printable(req->cannot_join());
   // Finished when the last member joins, or on error/expiry (Registry::Join
   // calls back exactly once).
   registry_->Join(j, [reactor, resp](const Status& s, const JoinResult& r) {

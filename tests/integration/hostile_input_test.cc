@@ -174,7 +174,9 @@ std::vector<Case> Cases() {
   join("gpu_heap_bytes on a host communicator", kInvalid, "gpu_heap_bytes",
        [](auto* r) { r->set_gpu_heap_bytes(4096); });
   join("cannot_join of 1025 bytes", kInvalid, "cannot_join", [](auto* r) { r->set_cannot_join(std::string(1025, 'r')); });
-  join("cannot_join with a newline", kInvalid, "cannot_join", [](auto* r) { r->set_cannot_join("x\ny"); });
+  // A reason is escaped, not refused: it still fails the join with the reason.
+  join("cannot_join with a newline", C::FAILED_PRECONDITION, "cannot join: x\\x0a[info] forged line",
+       [](auto* r) { r->set_cannot_join("x\n[info] forged line"); });
   // DestroyCommunicator
   auto destroy = [&](std::string what, C code, std::string names,
                      std::function<void(v1::DestroyCommunicatorRequest*)> bad) {
@@ -340,8 +342,8 @@ TEST_F(HostileInputTest, EveryFieldOfEveryRpcGetsItsCodeAndNamesTheField) {
         << k.rpc << " with " << k.what << ": message '" << s.error_message() << "' does not name '" << k.names
         << "'";
   }
-  // None of it reached the log as a forged line.
-  EXPECT_EQ(daemon_.Log().find("[info] forged line"), std::string::npos);
+  // None of it reached the log as a forged line (escaped text may be there).
+  EXPECT_EQ(daemon_.Log().find("\n[info] forged line"), std::string::npos);
   // Stats stay small: no refused key was stored.
   v1::GetStatsResponse stats;
   auto ctx = Ctx();
