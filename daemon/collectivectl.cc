@@ -20,26 +20,56 @@ std::unique_ptr<grpc::ClientContext> Context(int timeout_ms) {
   return ctx;
 }
 
+// grpc::StatusCode by name (the names of google.rpc.Code); a code this
+// table does not know is printed as its number.
+std::string CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int n = static_cast<int>(code);
+  if (n >= 0 && n < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[n];
+  return std::to_string(n);
+}
+
 int Fail(const char* what, const grpc::Status& s) {
-  std::fprintf(stderr, "collectivectl: %s failed: %d %s\n", what, static_cast<int>(s.error_code()),
+  std::fprintf(stderr, "collectivectl: %s failed: %s: %s\n", what, CodeName(s.error_code()).c_str(),
                s.error_message().c_str());
   return 1;
 }
 
-const char* ModeName(v1::ExecutionMode m) {
-  return m == v1::EXECUTION_MODE_DAEMON ? "daemon" : m == v1::EXECUTION_MODE_CLIENT ? "client" : "default";
+// An unknown mode (a newer daemon's) is shown as its number, never as a known name.
+std::string ModeName(v1::ExecutionMode m) {
+  switch (m) {
+    case v1::EXECUTION_MODE_UNSPECIFIED: return "default";
+    case v1::EXECUTION_MODE_CLIENT: return "client";
+    case v1::EXECUTION_MODE_DAEMON: return "daemon";
+    default: return std::to_string(static_cast<int>(m));
+  }
 }
 
+// A JSON string's contents (RFC 8259): quote, backslash and every control
+// character escaped, so no daemon string can break or forge the output.
 std::string JsonEscape(const std::string& s) {
   std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20 || c == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof(code), "\\u%04x", c);
+      out += code;
+    } else {
+      out += ch;
+    }
   }
   return out;
 }
 
-void PrintStats(const v1::GetStatsResponse& r, bool json) {
+// `end` follows the JSON object (status embeds it in its own object).
+void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n") {
   if (json) {
     std::printf("{\"sessions\":%llu,\"buffers\":%llu,\"buffer_bytes\":%llu,\"draining\":%s,\"communicators\":[",
                 (unsigned long long)r.sessions(), (unsigned long long)r.buffers(),
@@ -55,12 +85,12 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
                   "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\","
                   "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
-                  ModeName(c.mode()), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
+                  ModeName(c.mode()).c_str(), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
                   c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str(), (unsigned long long)plans,
                   c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers());
     }
-    std::printf("]}\n");
+    std::printf("]}%s", end);
     return;
   }
   std::printf("sessions %llu, buffers %llu (%llu bytes)%s\n", (unsigned long long)r.sessions(),
@@ -71,12 +101,27 @@ void PrintStats(const v1::GetStatsResponse& r, bool json) {
   auto row = [](const v1::CommunicatorStats& c) {
     const std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
     std::printf("%-6llu %-24s %5u %-7s %10llu %10llu %10llu %8llu  %s\n", (unsigned long long)c.comm_id(),
-                c.key().c_str(), c.world_size(), ModeName(c.mode()), (unsigned long long)c.posted(),
+                c.key().c_str(), c.world_size(), ModeName(c.mode()).c_str(), (unsigned long long)c.posted(),
                 (unsigned long long)c.matched(), (unsigned long long)c.completed(), (unsigned long long)c.failed(),
                 state.c_str());
   };
   for (const auto& c : r.communicators()) row(c);
   for (const auto& c : r.recently_closed()) row(c);
+}
+
+// Lists are JSON arrays, every string escaped.
+std::string VersionJson(const v1::GetVersionResponse& v) {
+  auto array = [](const auto& items) {
+    std::string out = "[";
+    for (const auto& item : items) out += (out.size() > 1 ? ",\"" : "\"") + JsonEscape(item) + "\"";
+    return out + "]";
+  };
+  return "{\"daemon_version\":\"" + JsonEscape(v.daemon_version()) + "\",\"api\":\"" +
+         std::to_string(v.api_major()) + "." + std::to_string(v.api_minor()) + "\",\"backend\":\"" +
+         JsonEscape(v.active_backend()) + "\",\"backends\":" + array(v.backends()) +
+         ",\"capabilities\":" + array(v.capabilities()) +
+         ",\"max_message_bytes\":" + std::to_string(v.max_message_bytes()) + ",\"ctl_version\":\"" +
+         JsonEscape(COLLECTIVED_VERSION) + "\"}";
 }
 
 }  // namespace
@@ -97,6 +142,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   const bool json = output == "json";
+  // status -o json: one object, {"health": ..., "version": {...}, "stats": {...}}.
+  const bool status_json = json && status_cmd->parsed();
 
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
   auto stub = v1::CollectiveService::NewStub(channel);
@@ -114,6 +161,7 @@ int main(int argc, char** argv) {
       else std::printf("%s\n", name);
       return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
     }
+    if (status_json) std::printf("{\"health\":\"%s\",", JsonEscape(name).c_str());
     if (!json) std::printf("health: %s\n", name);
   }
   if (version_cmd->parsed() || status_cmd->parsed()) {
@@ -124,10 +172,9 @@ int main(int argc, char** argv) {
     std::string caps;
     for (const auto& c : v.capabilities()) caps += (caps.empty() ? "" : ",") + c;
     if (json && version_cmd->parsed()) {
-      std::printf("{\"daemon_version\":\"%s\",\"api\":\"%u.%u\",\"backend\":\"%s\",\"capabilities\":\"%s\","
-                  "\"max_message_bytes\":%llu,\"ctl_version\":\"%s\"}\n",
-                  v.daemon_version().c_str(), v.api_major(), v.api_minor(), v.active_backend().c_str(),
-                  caps.c_str(), (unsigned long long)v.max_message_bytes(), COLLECTIVED_VERSION);
+      std::printf("%s\n", VersionJson(v).c_str());
+    } else if (status_json) {
+      std::printf("\"version\":%s,\"stats\":", VersionJson(v).c_str());
     } else if (!json) {
       std::printf("collectived %s, API v%u.%u, backend %s, max message %llu bytes (collectivectl %s)\n"
                   "capabilities: %s\n",
@@ -141,7 +188,7 @@ int main(int argc, char** argv) {
     auto ctx = Context(timeout_ms);
     grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
     if (!s.ok()) return Fail("GetStats", s);
-    PrintStats(r, json);
+    PrintStats(r, json, status_json ? "}\n" : "\n");
     return 0;
   }
   if (drain_cmd->parsed()) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #ifdef COLLECTIVED_HAVE_GPU
 #include "ipc/cumem_window.h"
@@ -26,8 +27,16 @@ struct GpuCommMemory::Windows {
 bool CudaBackendAvailable(std::string* why_not) {
   int n = 0;
   const gpuError_t e = gpuGetDeviceCount(&n);
-  if (e != gpuSuccess || n == 0) {
-    *why_not = e != gpuSuccess ? std::string("no usable GPU: ") + gpuGetErrorString(e) : "no GPU visible";
+  // A machine with no GPU reports "no device", or, with no GPU driver loaded
+  // at all, an "insufficient driver": both mean no GPU, and saying so plainly
+  // spares the operator a hunt for a driver version problem.
+  const bool no_driver = e == gpuErrorInsufficientDriver && !std::filesystem::exists("/proc/driver/nvidia");
+  if ((e == gpuSuccess && n == 0) || e == gpuErrorNoDevice || no_driver) {
+    *why_not = "no GPU is visible to this process";
+    return false;
+  }
+  if (e != gpuSuccess) {
+    *why_not = std::string("GPU runtime unusable: ") + gpuGetErrorString(e);
     return false;
   }
   return true;

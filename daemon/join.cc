@@ -25,6 +25,9 @@ class CommResolver : public host::BufferResolver {
 
 namespace {
 
+// Why a member that called DestroyCommunicator left: the one clean way to leave.
+constexpr const char* kDestroyedReason = "destroyed the communicator";
+
 // Stops an executor and then drops what it used, outside the registry lock
 // (an executor may be waiting for that lock inside ResolveBuffer).
 std::function<void()> StopLater(std::unique_ptr<host::RankExecutor> ex, std::shared_ptr<ipc::ShmWindow> window,
@@ -402,6 +405,11 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     comm.joined--;
   } else {
     // Peers that still post ops would wait for this rank forever: end them now.
+    if (why != kDestroyedReason) {
+      comm.left_uncleanly = true;
+    } else if (!comm.seg.aborted()) {
+      comm.aborted_by_destroy = true;
+    }
     const std::string reason = "rank " + std::to_string(rank) + " left: " + why;
     comm.seg.Abort(StatusCode::kAborted, reason.c_str());
     FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);
@@ -426,6 +434,10 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
   if (comm.formed) {
     CommStats closed = CommStatsOf(comm);
     closed.closed = true;
+    if (comm.aborted_by_destroy && !comm.left_uncleanly) {
+      closed.aborted = false;
+      closed.abort_reason.clear();
+    }
     spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed,
                  closed.failed);
     recently_closed_.push_back(std::move(closed));
@@ -460,7 +472,7 @@ Status Registry::DestroyCommunicator(uint64_t session_id, uint64_t comm_id, uint
     MutexLock lock(&mu_);
     Comm* comm = nullptr;
     s = MemberLocked(session_id, comm_id, rank, &comm);
-    if (s.ok()) LeaveLocked(*comm, rank, "destroyed the communicator", &after);
+    if (s.ok()) LeaveLocked(*comm, rank, kDestroyedReason, &after);
   }
   for (auto& f : after) f();
   return s;

@@ -22,6 +22,8 @@
 #include "daemon/registry.h"
 #include "daemon/service.h"
 #include "daemon/systemd_notify.h"
+#include "daemon/validate.h"
+#include "ring/segment_layout.h"
 #include "ring/wait.h"
 
 namespace cd = collectived::daemon;
@@ -71,23 +73,30 @@ int main(int argc, char** argv) {
   cd::ConfigChoices choices;  // the enum options as given; parsed into cfg below
   CLI::App app{"collectived: per-node collective runtime daemon"};
   app.set_config("--config", "", "TOML config file (e.g. /etc/collectived/collectived.toml)");
+  // A misspelt key would otherwise leave its setting at the default, silently.
+  app.allow_config_extras(false);
   app.add_option("--socket", cfg.socket_path, "gRPC Unix socket path")->capture_default_str();
   app.add_option("--backend", choices.backend, "auto | host | cuda")->capture_default_str()
       ->check(CLI::IsMember(cd::BackendChoices()));
   app.add_option("--max-message-bytes", cfg.max_message_bytes, "largest per-rank message; sizes the fixed slots")
       ->capture_default_str()->check(CLI::Range(uint64_t{8}, uint64_t{1} << 34));
+  // Every numeric option has a range: a value outside it stops start-up
+  // naming the option, instead of a daemon that starts and then fails clients.
   app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes, "all-reduce above this uses two-shot")
-      ->capture_default_str();
-  app.add_option("--ring-depth", cfg.ring_depth, "ops in flight per rank (power of two)")->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 34));
+  app.add_option("--ring-depth", cfg.ring_depth, "ops in flight per rank (power of two)")->capture_default_str()
+      ->check(CLI::Range(1u, collectived::ring::kStatusHistory));
   app.add_option("--op-timeout-ms", cfg.op_timeout_ms, "default deadline of every op wait")->capture_default_str()
-      ->check(CLI::Range(1u, 3600000u));
+      ->check(CLI::Range(1u, cd::validate::kMaxTimeoutMs));
   app.add_option("--join-timeout-ms", cfg.join_timeout_ms, "how long a communicator may take to form")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(1u, cd::validate::kMaxTimeoutMs));
   app.add_option("--max-buffer-bytes", cfg.max_buffer_bytes, "budget for all sessions' buffers")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(uint64_t{1} << 12, uint64_t{1} << 44));
   app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
-      ->capture_default_str();
-  app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(0u, cd::validate::kMaxTimeoutMs));
+  // spdlog maps an unknown level name to "off": checked here so a typo cannot silence the log.
+  app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error | critical | off")
+      ->capture_default_str()->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
   app.add_option("--gpu-gather-path", choices.gpu_gather_path,
                  "daemon-executed GPU all-gather: fused (one kernel) | copy-engine (peer copies, no SMs)")
       ->capture_default_str()->check(CLI::IsMember(cd::GpuPathChoices()));
@@ -107,13 +116,19 @@ int main(int argc, char** argv) {
   app.add_flag("--unsafe-size-dependent-slots", cfg.unsafe_size_dependent_slots,
                "NEGATIVE CONTROL (cuda backend): GPU staging slots packed by the current message size, so a "
                "rank's next copy-in can land on a peer's unread result (mori bug class)");
-  app.add_option("--debug-delay-rank", cfg.debug_delay_rank, "debug: this rank's reads start late (-1: none)");
-  app.add_option("--debug-delay-us", cfg.debug_delay_us, "debug: how late, in microseconds");
+  app.add_option("--debug-delay-rank", cfg.debug_delay_rank, "debug: this rank's reads start late (-1: none)")
+      ->capture_default_str()->check(CLI::Range(-1, static_cast<int>(collectived::ring::kMaxRanks) - 1));
+  app.add_option("--debug-delay-us", cfg.debug_delay_us, "debug: how late, in microseconds")
+      ->capture_default_str()->check(CLI::Range(0u, 10000000u));
   app.add_option("--debug-delay-copyout-us", cfg.debug_delay_copyout_us,
                  "debug: output writes start this late, in microseconds (GPU staged copy-outs: rank r's "
-                 "(r + 1) times this)");
+                 "(r + 1) times this)")
+      ->capture_default_str()->check(CLI::Range(0u, 10000000u));
   bool dump_config = false;
-  app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit");
+  // Not a setting: kept out of the config file (a dumped config fed back
+  // must start a daemon, not dump again).
+  app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit")
+      ->configurable(false);
   const std::vector<std::string> env_names = {"socket", "backend", "max-message-bytes", "one-shot-max-bytes",
                                               "ring-depth", "op-timeout-ms", "join-timeout-ms",
                                               "max-buffer-bytes", "drain-timeout-ms", "log-level"};
@@ -138,9 +153,11 @@ int main(int argc, char** argv) {
     spdlog::critical("{}", s.message());
     return 2;
   }
+  bool gpu_visible = false;
   {
     std::string why_not;
     const bool cuda = collectived::daemon::CudaBackendAvailable(&why_not);
+    gpu_visible = cuda;
     if (cfg.backend == cd::Backend::kCuda && !cuda) {
       spdlog::critical("backend 'cuda' requested but unavailable: {}", why_not);
       return 2;
@@ -163,6 +180,20 @@ int main(int argc, char** argv) {
   if (cfg.max_message_bytes % 8 != 0) {
     spdlog::critical("--max-message-bytes must be a multiple of 8, got {}", cfg.max_message_bytes);
     return 2;
+  }
+  {
+    // The largest communicator's segment must be laid out with these
+    // settings, or every CreateCommunicator would fail later.
+    collectived::ring::SegmentParams p;
+    p.world_size = collectived::ring::kMaxRanks;
+    p.ring_depth = cfg.ring_depth;
+    p.max_message_bytes = cfg.max_message_bytes;
+    collectived::ring::SegmentLayout layout;
+    if (collectived::Status s = collectived::ring::SegmentLayout::Compute(p, &layout); !s.ok()) {
+      spdlog::critical("--ring-depth {} with --max-message-bytes {}: {}", cfg.ring_depth, cfg.max_message_bytes,
+                       s.message());
+      return 2;
+    }
   }
   if (cfg.unsafe_skip_end_barrier || cfg.unsafe_event_before_epilogue || cfg.unsafe_size_dependent_slots) {
     spdlog::critical("UNSAFE MODE: {}{}{}: this daemon re-creates seed bug classes for negative controls; results "
@@ -212,8 +243,9 @@ int main(int argc, char** argv) {
   spdlog::info("collectived {} serving unix:{} (fd socket {}), backend {}, max message {} bytes, op timeout {} ms",
                COLLECTIVED_VERSION, cfg.socket_path, fd_server.path(), cd::BackendName(cfg.backend),
                cfg.max_message_bytes, cfg.op_timeout_ms);
-  // The host backend does not need MPS; say what GPU work on this node would get.
-  spdlog::info("{}", cd::DetectMps().Describe());
+  // The host backend does not need MPS; where a GPU is visible, say what GPU
+  // work on this node would get (without one, MPS means nothing here).
+  if (gpu_visible) spdlog::info("{}", cd::DetectMps().Describe());
   cd::NotifyReady();
 
   const int64_t watchdog_ns = cd::WatchdogIntervalNs();

@@ -82,6 +82,11 @@ struct Comm {
   std::vector<int64_t> join_deadline_ns;  // per rank: when its join gives up
   uint32_t joined = 0;
   bool formed = false;
+  // The segment's abort was raised only to release peers of a rank that
+  // destroyed the communicator, and no member left any other way: the
+  // closed communicator is then reported as closed, not aborted.
+  bool aborted_by_destroy = false;
+  bool left_uncleanly = false;
   std::shared_ptr<CommResolver> resolver;  // shared: stopping executors outlive the Comm
   std::vector<std::unique_ptr<host::RankExecutor>> executors;  // daemon-executed only
   // GPU communicators: every rank's device, the heap size, and (once formed) the device memory.

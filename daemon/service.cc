@@ -2,10 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 
 #include "collectived/api_version.h"
 #include "daemon/stats.h"
+#include "daemon/validate.h"
+#include "ring/segment_layout.h"
 #include "proto/status_convert.h"
 #include "ring/wait.h"
 
@@ -29,6 +33,46 @@ ring::OpDescriptor FromProto(const v1::OpRequest& op) {
   d.recv_buffer_id = op.recv_buffer_id();
   d.recv_offset = op.recv_offset();
   return d;
+}
+
+// An op's own fields, before any state is looked at: enums known (proto3
+// keeps unknown numbers, so a newer or hostile client can send any), the
+// count nonzero and its bytes at most max_bytes, offsets aligned to the
+// element size (ops read and write whole elements).
+Status ValidateOp(const v1::OpRequest& op, uint64_t max_bytes, bool with_buffers) {
+  namespace val = validate;
+  COLLECTIVED_RETURN_IF_ERROR(val::Enum("op.kind", op.kind(), v1::CollectiveKind_IsValid(op.kind())));
+  if (op.kind() == v1::COLLECTIVE_KIND_UNSPECIFIED) return Status::InvalidArgument("op.kind is unspecified");
+  COLLECTIVED_RETURN_IF_ERROR(val::Enum("op.dtype", op.dtype(), v1::DataType_IsValid(op.dtype())));
+  if (op.dtype() == v1::DATA_TYPE_UNSPECIFIED) return Status::InvalidArgument("op.dtype is unspecified");
+  COLLECTIVED_RETURN_IF_ERROR(val::Enum("op.reduce_op", op.reduce_op(), v1::ReduceOp_IsValid(op.reduce_op())));
+  const uint64_t esize = DataTypeSize(static_cast<DataType>(op.dtype()));
+  COLLECTIVED_RETURN_IF_ERROR(val::Range("op.count", op.count(), 1, max_bytes / esize));
+  if (with_buffers) {
+    COLLECTIVED_RETURN_IF_ERROR(val::Aligned("op.send_offset", op.send_offset(), esize));
+    COLLECTIVED_RETURN_IF_ERROR(val::Aligned("op.recv_offset", op.recv_offset(), esize));
+  }
+  return Status::Ok();
+}
+
+Status ValidateJoinRequest(const v1::CreateCommunicatorRequest& r) {
+  namespace val = validate;
+  if (r.key().empty()) return Status::InvalidArgument("key is empty");
+  COLLECTIVED_RETURN_IF_ERROR(val::String("key", r.key(), val::kMaxNameBytes));
+  COLLECTIVED_RETURN_IF_ERROR(val::Range("world_size", r.world_size(), 1, ring::kMaxRanks));
+  COLLECTIVED_RETURN_IF_ERROR(val::Range("rank", r.rank(), 0, r.world_size() - 1));
+  COLLECTIVED_RETURN_IF_ERROR(val::Enum("mode", r.mode(), v1::ExecutionMode_IsValid(r.mode())));
+  COLLECTIVED_RETURN_IF_ERROR(val::Range("op_timeout_ms", r.op_timeout_ms(), 0, val::kMaxTimeoutMs));
+  COLLECTIVED_RETURN_IF_ERROR(val::Range("join_timeout_ms", r.join_timeout_ms(), 0, val::kMaxTimeoutMs));
+  COLLECTIVED_RETURN_IF_ERROR(val::String("device_uuid", r.device_uuid(), val::kMaxDeviceUuidBytes));
+  // cannot_join is free text from the member's own checks (a GPU runtime's
+  // message, say): bounded here, escaped below rather than refused, so the
+  // reason still reaches the peers.
+  if (r.cannot_join().size() > val::kMaxReasonBytes) {
+    return Status::InvalidArgument("cannot_join is " + std::to_string(r.cannot_join().size()) +
+                                   " bytes, above the limit of " + std::to_string(val::kMaxReasonBytes));
+  }
+  return Status::Ok();
 }
 
 void ToProto(const CommStats& in, v1::CommunicatorStats* out) {
@@ -112,6 +156,11 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Attach(grpc::CallbackServerCont
     return Done(ctx, Status::FailedPrecondition("client speaks API v" + std::to_string(req->api_major()) +
                                                 ", this daemon serves v" + std::to_string(kApiMajor)));
   }
+  if (Status v = validate::String("client_name", req->client_name(), validate::kMaxNameBytes); !v.ok()) {
+    return Done(ctx, v);
+  }
+  // pid 0 names no process (the kernel's scheduler); the session is tied to a live one.
+  if (Status v = validate::Range("pid", req->pid(), 1, INT32_MAX); !v.ok()) return Done(ctx, v);
   uint64_t session = 0, token = 0;
   Status s = registry_->Attach(req->client_name(), req->pid(), &session, &token);
   if (s.ok()) {
@@ -130,6 +179,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Detach(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CollectiveServiceImpl::AllocBuffer(grpc::CallbackServerContext* ctx,
                                                              const v1::AllocBufferRequest* req,
                                                              v1::AllocBufferResponse* resp) {
+  if (req->bytes() == 0) return Done(ctx, Status::InvalidArgument("bytes is 0: a buffer holds at least one byte"));
   BufferInfo info{};
   Status s = registry_->AllocBuffer(req->session_id(), req->bytes(), &info);
   if (s.ok()) {
@@ -151,6 +201,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::FreeBuffer(grpc::CallbackServer
 grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::CallbackServerContext* ctx,
                                                                     const v1::CreateCommunicatorRequest* req,
                                                                     v1::CreateCommunicatorResponse* resp) {
+  if (Status v = ValidateJoinRequest(*req); !v.ok()) return Done(ctx, v);
   auto* reactor = ctx->DefaultReactor();
   JoinRequest j;
   j.session_id = req->session_id();
@@ -162,7 +213,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
   j.join_timeout_ms = req->join_timeout_ms();
   j.device_uuid = req->device_uuid();
   j.gpu_heap_bytes = req->gpu_heap_bytes();
-  j.cannot_join = req->cannot_join();
+  j.cannot_join = validate::Printable(req->cannot_join());
   // Finished when the last member joins, or on error/expiry (Registry::Join
   // calls back exactly once).
   registry_->Join(j, [reactor, resp](const Status& s, const JoinResult& r) {
@@ -199,6 +250,12 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::DestroyCommunicator(grpc::Callb
 grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterPlan(grpc::CallbackServerContext* ctx,
                                                               const v1::RegisterPlanRequest* req,
                                                               v1::RegisterPlanResponse* resp) {
+  // A plan runs on the heap or a registered buffer, which may exceed the
+  // message limit but never the daemon's whole buffer budget.
+  const DaemonConfig& cfg = registry_->config();
+  if (Status v = ValidateOp(req->op(), std::max(cfg.max_message_bytes, cfg.max_buffer_bytes), false); !v.ok()) {
+    return Done(ctx, v);
+  }
   uint64_t plans = 0;
   Status s = registry_->RegisterPlan(req->session_id(), req->comm_id(), req->rank(), FromProto(req->op()), &plans);
   if (s.ok()) resp->set_plans(plans);
@@ -243,6 +300,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::DeregisterGpuBuffer(grpc::Callb
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Submit(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitRequest* req, v1::SubmitResponse* resp) {
+  if (Status v = ValidateOp(req->op(), registry_->config().max_message_bytes, true); !v.ok()) return Done(ctx, v);
   uint64_t index = 0;
   Status s = registry_->Submit(req->session_id(), req->comm_id(), req->rank(), FromProto(req->op()), &index);
   if (s.ok()) resp->set_op_index(index);
@@ -269,6 +327,9 @@ bool CollectiveServiceImpl::PollWait(const PendingWait& w, bool expired) {
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::WaitOp(grpc::CallbackServerContext* ctx,
                                                         const v1::WaitOpRequest* req, v1::WaitOpResponse* resp) {
+  if (Status v = validate::Range("timeout_ms", req->timeout_ms(), 0, validate::kMaxTimeoutMs); !v.ok()) {
+    return Done(ctx, v);
+  }
   auto* reactor = ctx->DefaultReactor();
   PendingWait w{ring::NowNs() + static_cast<int64_t>(req->timeout_ms()) * 1000000, req->session_id(),
                 req->comm_id(), req->op_index(), req->rank(), reactor, resp};

@@ -27,6 +27,8 @@ using gpu_half = __half;
 #define gpuGetErrorString hipGetErrorString
 #define gpuGetLastError hipGetLastError
 #define gpuGetDeviceCount hipGetDeviceCount
+#define gpuErrorNoDevice hipErrorNoDevice
+#define gpuErrorInsufficientDriver hipErrorInsufficientDriver
 // ROCm has no MPS: contexts of different processes share a GPU natively.
 inline hipError_t gpuDeviceUsesMps(int, int* mps) {
   *mps = 0;
@@ -121,6 +123,8 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuGetErrorString cudaGetErrorString
 #define gpuGetLastError cudaGetLastError
 #define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuErrorNoDevice cudaErrorNoDevice
+#define gpuErrorInsufficientDriver cudaErrorInsufficientDriver
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
 #define gpuMemcpy cudaMemcpy

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -223,6 +224,68 @@ TEST_F(DaemonTest, MismatchedOpFailsOnEveryRankAndTheCommunicatorGoesOn) {
   for (const auto& r : c.ranks()) EXPECT_EQ(r.completed(), 2u);
 }
 
+// Every member destroying its communicator is a clean end: stats show it
+// closed, not aborted (the abort raised to release peers of the first rank
+// to leave is not the communicator's fate). A member that dies is not clean.
+TEST_F(DaemonTest, CleanlyDestroyedCommunicatorIsClosedNotAborted) {
+  RunRanks(2, [&](uint32_t r) {
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, "clean-end", 2, r);
+    EXPECT_EQ(SumAllReduce(*c, *comm, 64, 4), 0u);
+    EXPECT_TRUE(comm->Destroy().ok());
+  });
+  {
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, "clean-solo", 1, 0);
+    EXPECT_EQ(SumAllReduce(*c, *comm, 64, 5), 0u);
+  }  // ~Communicator destroys it
+  {
+    // The control: a session that ends (its fd socket closed) without
+    // destroying its communicator is not a clean end.
+    auto stub = RawStub(daemon_);
+    v1::AttachRequest attach;
+    attach.set_api_major(kApiMajor);
+    attach.set_pid(static_cast<uint32_t>(getpid()));
+    v1::AttachResponse session;
+    auto ctx = Ctx();
+    ASSERT_TRUE(stub->Attach(ctx.get(), attach, &session).ok());
+    int sock = -1;
+    ASSERT_TRUE(ipc::ConnectUnix(session.fd_socket_path(), &sock).ok());
+    ipc::FdRequest hello{ipc::kFdMagic, ipc::FdRequestType::kHello, session.session_id(), session.session_token()};
+    ipc::FdReply reply{};
+    int fd = -1;
+    ASSERT_TRUE(ipc::SendWithFd(sock, &hello, sizeof(hello), -1).ok());
+    ASSERT_TRUE(ipc::RecvWithFd(sock, &reply, sizeof(reply), &fd).ok());
+    ASSERT_EQ(reply.code, 0) << reply.message;
+    v1::CreateCommunicatorRequest join;
+    join.set_session_id(session.session_id());
+    join.set_key("left-behind");
+    join.set_world_size(1);
+    v1::CreateCommunicatorResponse comm;
+    auto ctx2 = Ctx();
+    ASSERT_TRUE(stub->CreateCommunicator(ctx2.get(), join, &comm).ok());
+    close(sock);
+  }
+  bool left_behind_aborted = false;
+  for (int i = 0; i < 100 && !left_behind_aborted; ++i) {
+    const v1::GetStatsResponse stats = Stats(daemon_);
+    for (const auto& cs : stats.recently_closed()) left_behind_aborted |= cs.key() == "left-behind" && cs.aborted();
+    if (!left_behind_aborted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(left_behind_aborted);
+  int seen = 0;
+  const v1::GetStatsResponse stats = Stats(daemon_);
+  for (const auto& cs : stats.recently_closed()) {
+    if (cs.key() == "clean-end" || cs.key() == "clean-solo") {
+      ++seen;
+      EXPECT_TRUE(cs.closed()) << cs.key();
+      EXPECT_FALSE(cs.aborted()) << cs.key() << ": " << cs.abort_reason();
+      EXPECT_EQ(cs.abort_reason(), "") << cs.key();
+    }
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 // A wait that times out before the op completes must not become the op's
 // status: once the op completes, waits report its own (OK) status.
 TEST_F(DaemonTest, ShortWaitTimeoutIsNotTheOpsStatus) {
@@ -363,6 +426,11 @@ TEST_F(DaemonTest, RawRpcBadIdsGetPreciseCodes) {
     v1::SubmitRequest req;
     req.set_session_id(c->session_id());
     req.set_comm_id(comm->id() + 1000);
+    // A well-formed op: the op's own fields are checked before any id is looked up.
+    req.mutable_op()->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    req.mutable_op()->set_dtype(v1::DATA_TYPE_FLOAT32);
+    req.mutable_op()->set_reduce_op(v1::REDUCE_OP_SUM);
+    req.mutable_op()->set_count(4);
     v1::SubmitResponse resp;
     auto ctx = Ctx();
     EXPECT_EQ(stub->Submit(ctx.get(), req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
@@ -440,6 +508,7 @@ TEST_F(DaemonTest, GpuBufferRegistrationIsCheckedOnTheHostBackend) {
   auto stub = RawStub(daemon_);
   v1::AttachRequest attach;
   attach.set_api_major(kApiMajor);
+  attach.set_pid(static_cast<uint32_t>(getpid()));
   attach.set_client_name("raw-register");
   v1::AttachResponse session;
   auto ctx = Ctx();
@@ -612,7 +681,9 @@ TEST_F(DaemonTest, RegisterPlanIsCheckedAndCounted) {
     req.mutable_op()->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
     req.mutable_op()->set_dtype(dtype);
     req.mutable_op()->set_reduce_op(op);
-    req.mutable_op()->set_count(1 << 30);  // sizes are checked when the op runs
+    // Above the message limit (a plan may run on the heap or a registered
+    // buffer): checked when the op runs; only counts above the budget are refused here.
+    req.mutable_op()->set_count(1 << 24);
     v1::RegisterPlanResponse resp;
     auto ctx = Ctx();
     grpc::Status s = stub->RegisterPlan(ctx.get(), req, &resp);
@@ -758,6 +829,17 @@ TEST(DaemonLifecycleTest, CollectivectlHealthStatsAndDrain) {
   const std::string version = ctl({"version"}, &rc);
   EXPECT_EQ(rc, 0);
   EXPECT_NE(version.find("API v1."), std::string::npos) << version;
+  // JSON: capabilities are an array; status carries health, version and stats.
+  const std::string version_json = ctl({"-o", "json", "version"}, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(version_json.find("\"capabilities\":[\"mode.client\",\"mode.daemon\""), std::string::npos)
+      << version_json;
+  EXPECT_NE(version_json.find("\"backends\":[\"host\""), std::string::npos) << version_json;
+  const std::string status_json = ctl({"-o", "json", "status"}, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(status_json.rfind("{\"health\":\"SERVING\",\"version\":{\"daemon_version\":", 0), 0u) << status_json;
+  EXPECT_NE(status_json.find(",\"stats\":{\"sessions\":"), std::string::npos) << status_json;
+  EXPECT_EQ(status_json.substr(status_json.size() - 4), "]}}\n") << status_json;
   EXPECT_EQ(ctl({"drain"}, &rc), "draining\n");
   EXPECT_EQ(rc, 0);
   EXPECT_EQ(ctl({"health"}, &rc), "NOT_SERVING\n");
@@ -766,7 +848,7 @@ TEST(DaemonLifecycleTest, CollectivectlHealthStatsAndDrain) {
   testing::Process none({COLLECTIVECTL_BIN, "--socket", d.dir() + "/nobody.sock", "--timeout-ms", "500", "health"},
                         d.dir() + "/none.log");
   EXPECT_EQ(none.Wait(10000), 1);
-  EXPECT_NE(none.Output().find("health check failed"), std::string::npos) << none.Output();
+  EXPECT_NE(none.Output().find("health check failed: UNAVAILABLE: "), std::string::npos) << none.Output();
 }
 
 // A member whose own process refuses it (say, a GPU rank that would share a
@@ -857,6 +939,83 @@ TEST(DaemonLifecycleTest, ConfigFileAndEnvironmentFollowPrecedence) {
                             "--dump-config"},
                            dir.path() + "/shipped.log");
   EXPECT_EQ(shipped.Wait(5000), 0) << shipped.Output();
+}
+
+// Every setting out of range, given as a flag or in the config file, stops
+// start-up with a message naming it; so does a key the daemon does not know.
+TEST(DaemonLifecycleTest, OutOfRangeSettingsAndUnknownKeysStopStartUp) {
+  testing::TempDir dir;
+  const std::vector<std::vector<std::string>> bad_flags = {
+      {"--log-level", "bogus"},           {"--ring-depth", "8192"},          {"--ring-depth", "0"},
+      {"--one-shot-max-bytes", "1099511627776"}, {"--op-timeout-ms", "0"}, {"--join-timeout-ms", "0"},
+      {"--join-timeout-ms", "3600001"},   {"--max-buffer-bytes", "1"},        {"--drain-timeout-ms", "3600001"},
+      {"--debug-delay-rank", "64"},       {"--debug-delay-us", "99999999"},   {"--debug-delay-copyout-us", "99999999"}};
+  for (const auto& flags : bad_flags) {
+    std::vector<std::string> argv = {COLLECTIVED_DAEMON_BIN, "--socket", dir.path() + "/x.sock"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    testing::Process p(argv, dir.path() + "/bad.log");
+    EXPECT_NE(p.Wait(5000), 0) << flags[0] << " " << flags[1] << ": " << p.Output();
+    EXPECT_NE(p.Output().find(flags[0]), std::string::npos) << flags[0] << " " << flags[1] << ": " << p.Output();
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/x.sock")) << flags[0];
+  }
+  for (const auto& [line, names] : std::vector<std::pair<std::string, std::string>>{
+           {"log-level = \"bogus\"", "log-level"}, {"ring-depth = 8192", "ring-depth"},
+           {"ring-dept = 16", "ring-dept"}, {"[server]\nsocket = \"x\"", "parse server"}}) {
+    {
+      std::ofstream f(dir.path() + "/bad.toml");
+      f << line << "\n";
+    }
+    testing::Process p({COLLECTIVED_DAEMON_BIN, "--socket", dir.path() + "/x.sock", "--config", dir.path() + "/bad.toml"},
+                       dir.path() + "/bad-file.log");
+    EXPECT_NE(p.Wait(5000), 0) << line << ": " << p.Output();
+    EXPECT_NE(p.Output().find(names), std::string::npos) << line << ": " << p.Output();
+  }
+}
+
+// --dump-config prints a config file: fed back, it starts a daemon (not
+// another dump), and dumping from it gives the same text.
+TEST(DaemonLifecycleTest, DumpedConfigIsValidInput) {
+  testing::TempDir dir;
+  auto dump = [&](std::vector<std::string> args, const std::string& log) {
+    std::vector<std::string> argv = {COLLECTIVED_DAEMON_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--dump-config");
+    testing::Process p(argv, dir.path() + "/" + log);
+    EXPECT_EQ(p.Wait(5000), 0) << p.Output();
+    return p.Output();
+  };
+  const std::string first = dump({"--socket", dir.path() + "/d.sock", "--ring-depth", "16", "--log-level", "debug",
+                                  "--debug-delay-rank", "-1"},
+                                 "dump1.log");
+  EXPECT_EQ(first.find("dump-config"), std::string::npos) << first;
+  EXPECT_EQ(first.find("=\"\""), std::string::npos) << first;  // no option left without a value
+  {
+    std::ofstream f(dir.path() + "/dumped.toml");
+    f << first;
+  }
+  EXPECT_EQ(dump({"--config", dir.path() + "/dumped.toml"}, "dump2.log"), first);
+  // It starts and serves (the harness adds its own socket and log level on
+  // the command line, which win over the file).
+  Daemon d({"--config", dir.path() + "/dumped.toml"});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  auto c = d.Connect();
+  ASSERT_NE(c, nullptr);
+  auto comm = Join(*c, "from-dump", 1, 0);
+  EXPECT_EQ(SumAllReduce(*c, *comm, 16, 9), 0u);
+}
+
+// On a machine without a GPU the log says so plainly: no CUDA driver
+// version, no MPS advice.
+TEST(DaemonLifecycleTest, WithoutAGpuTheLogSaysSoPlainly) {
+  Daemon d;
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const std::string log = d.Log();
+  if (log.find("backend auto: host") == std::string::npos) GTEST_SKIP() << "a GPU is visible here";
+  EXPECT_TRUE(log.find("backend auto: host (no GPU is visible to this process)") != std::string::npos ||
+              log.find("built without the CUDA toolkit") != std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("driver"), std::string::npos) << log;
+  EXPECT_EQ(log.find("MPS"), std::string::npos) << log;
 }
 
 }  // namespace
