@@ -78,7 +78,12 @@ void FdServer::Serve(int sock) {
   for (;;) {
     ipc::FdRequest req{};
     int stray = -1;
-    if (!ipc::RecvWithFd(sock, &req, sizeof(req), &stray).ok()) break;
+    Status got = ipc::RecvWithFd(sock, &req, sizeof(req), &stray);  // closes every fd it does not hand out
+    if (got.code() == StatusCode::kInvalidArgument) {  // the request was read whole: the stream is still framed
+      Reply(sock, got, 0, -1);
+      continue;
+    }
+    if (!got.ok()) break;
     if (req.magic == ipc::kFdMagic && req.type == ipc::FdRequestType::kDepositFd) {
       if (session == 0 || req.session_id != session) {
         if (stray >= 0) close(stray);
