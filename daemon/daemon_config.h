@@ -31,6 +31,11 @@ struct DaemonConfig {
   uint32_t join_timeout_ms = 60000;
   uint64_t max_buffer_bytes = 8ull << 30;  // all sessions' buffers together
   uint32_t drain_timeout_ms = 10000;
+  // The fd socket: connections at once (bound or still in their handshake;
+  // more are answered RESOURCE_EXHAUSTED), and how long a connection may take
+  // to say hello, or stall inside a request, before it is closed.
+  uint32_t max_fd_connections = 1024;
+  uint32_t fd_handshake_timeout_ms = 30000;
   std::string log_level = "info";
   // Daemon-executed GPU all-gathers: one kernel, or peer copies on the copy engines.
   GpuPath gpu_gather_path = GpuPath::kFused;

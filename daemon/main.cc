@@ -87,6 +87,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
       ->capture_default_str();
+  app.add_option("--max-fd-connections", cfg.max_fd_connections, "fd-socket connections at once")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--fd-handshake-timeout-ms", cfg.fd_handshake_timeout_ms,
+                 "close fd-socket connections silent this long before hello or inside a request")
+      ->capture_default_str()->check(CLI::Range(1u, 3600000u));
   app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
   app.add_option("--gpu-gather-path", choices.gpu_gather_path,
                  "daemon-executed GPU all-gather: fused (one kernel) | copy-engine (peer copies, no SMs)")

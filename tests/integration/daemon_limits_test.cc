@@ -1,18 +1,23 @@
 // The daemon's descriptors and limits: fd passing that never leaks, the fd
 // server's bounded connections, caps, and recovery from fd exhaustion. Each
 // test starts its own daemon and watches its descriptors in /proc.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "collectived/v1/collectived.grpc.pb.h"
 #include "ipc/fd_channel.h"
 #include "tests/integration/daemon_harness.h"
 
@@ -123,6 +128,137 @@ TEST(DaemonFdsTest, ReceivedDescriptorsAreClosedUnlessKept) {
   EXPECT_LE(FdsSettleAt(pid, baseline), baseline) << "descriptors left open in the daemon";
   for (int f : mine) close(f);
   close(sock);
+}
+
+// The daemon's thread count (the fd server must not grow one per connection).
+int CountThreads(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// True once the daemon closed its end of `sock` (EOF), within `ms`.
+bool ClosedByDaemon(int sock, int ms) {
+  pollfd p{sock, POLLIN, 0};
+  if (poll(&p, 1, ms) <= 0) return false;
+  char byte;
+  return recv(sock, &byte, 1, MSG_DONTWAIT) == 0;
+}
+
+// Raises this process's soft fd limit to the hard one (the daemon it spawns
+// inherits it); the old limit comes back at the end of the scope.
+class RaisedFdLimit {
+ public:
+  RaisedFdLimit() {
+    getrlimit(RLIMIT_NOFILE, &old_);
+    rlimit raised = old_;
+    raised.rlim_cur = old_.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &raised);
+  }
+  ~RaisedFdLimit() { setrlimit(RLIMIT_NOFILE, &old_); }
+  rlim_t limit() const { return old_.rlim_max; }
+
+ private:
+  rlimit old_{};
+};
+
+// A thousand idle fd-socket connections (and a hundred gRPC connections)
+// neither stop a fresh client nor cost a thread each, and once they close
+// the daemon holds what it held before.
+TEST(DaemonFdsTest, AThousandIdleConnectionsAndRecovery) {
+  constexpr int kIdle = 1000, kChannels = 100;
+  RaisedFdLimit fd_limit;
+  if (fd_limit.limit() < kIdle + kChannels + 500) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << fd_limit.limit();
+  Daemon d({"--max-fd-connections", "1100", "--fd-handshake-timeout-ms", "120000"});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const pid_t pid = d.process().pid();
+  { ASSERT_NE(d.Connect("warm-up"), nullptr); }  // what gRPC keeps after its first client
+  const int baseline = StableFdCount(pid);
+  std::vector<int> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    int s = -1;
+    ASSERT_TRUE(ipc::ConnectUnix(d.socket() + ".fds", &s).ok()) << i;
+    idle.push_back(s);
+  }
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < kChannels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    channels.push_back(grpc::CreateCustomChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials(), args));
+    v1::GetVersionResponse v;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ASSERT_TRUE(v1::CollectiveService::NewStub(channels.back())->GetVersion(&ctx, {}, &v).ok()) << i;
+  }
+  EXPECT_GE(FdsSettleAt(pid, baseline + kIdle + kChannels, 10000), baseline + kIdle + kChannels);
+  EXPECT_LT(CountThreads(pid), 200) << "a thread per connection";
+  {
+    auto fresh = d.Connect("fresh");
+    ASSERT_NE(fresh, nullptr);
+    Buffer b;
+    Status s = fresh->AllocBuffer(4096, &b);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  for (int s : idle) close(s);
+  channels.clear();
+  EXPECT_EQ(FdsSettleAt(pid, baseline, 15000), baseline) << "descriptors left after the connections closed";
+}
+
+// Connections that never say hello, or stop half-way through a request, are
+// closed after --fd-handshake-timeout-ms with whatever they sent; a bound
+// one is a session's lease and stays however silent.
+TEST(DaemonFdsTest, SilentConnectionsAreClosedAfterTheHandshakeTimeout) {
+  Daemon d({"--fd-handshake-timeout-ms", "300"});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const pid_t pid = d.process().pid();
+  auto bound = d.Connect("bound");
+  ASSERT_NE(bound, nullptr);
+  const int baseline = StableFdCount(pid);
+  int silent = -1, half = -1, gone = -1;
+  ASSERT_TRUE(ipc::ConnectUnix(d.socket() + ".fds", &silent).ok());
+  ASSERT_TRUE(ipc::ConnectUnix(d.socket() + ".fds", &half).ok());
+  ASSERT_TRUE(ipc::ConnectUnix(d.socket() + ".fds", &gone).ok());
+  const ipc::FdRequest hello{ipc::kFdMagic, ipc::FdRequestType::kHello, 0, 0};
+  std::vector<int> mine = {memfd_create("a", MFD_CLOEXEC), memfd_create("b", MFD_CLOEXEC)};
+  ASSERT_TRUE(SendFds(half, &hello, 8, mine));  // a third of a request, two fds with it
+  ASSERT_TRUE(SendFds(gone, &hello, 8, mine));
+  close(gone);  // the peer leaves mid-request
+  EXPECT_TRUE(ClosedByDaemon(silent, 3000));
+  EXPECT_TRUE(ClosedByDaemon(half, 3000));
+  close(silent);
+  close(half);
+  for (int f : mine) close(f);
+  EXPECT_EQ(FdsSettleAt(pid, baseline), baseline) << "descriptors left open in the daemon";
+  Buffer b;
+  Status s = bound->AllocBuffer(4096, &b);  // the silent lease still holds
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Beyond --max-fd-connections a connection is answered RESOURCE_EXHAUSTED
+// naming the limit; one closing makes room again.
+TEST(DaemonFdsTest, ConnectionsBeyondTheCapAreRefusedNamingTheLimit) {
+  Daemon d({"--max-fd-connections", "4", "--fd-handshake-timeout-ms", "60000"});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const pid_t pid = d.process().pid();
+  const int baseline = StableFdCount(pid);
+  std::vector<int> idle(4, -1);
+  for (int& s : idle) ASSERT_TRUE(ipc::ConnectUnix(d.socket() + ".fds", &s).ok());
+  ASSERT_EQ(FdsSettleAt(pid, baseline + 4), baseline + 4);
+  int extra = -1;
+  ASSERT_TRUE(ipc::ConnectUnix(d.socket() + ".fds", &extra).ok());
+  ipc::FdReply r = ReadReply(extra);
+  EXPECT_EQ(r.code, static_cast<int>(StatusCode::kResourceExhausted));
+  EXPECT_STREQ(r.message, "--max-fd-connections (4) reached");
+  close(extra);
+  close(idle.back());
+  idle.pop_back();
+  ASSERT_EQ(FdsSettleAt(pid, baseline + 3), baseline + 3);
+  auto fresh = d.Connect("fresh");
+  EXPECT_NE(fresh, nullptr);
+  for (int s : idle) close(s);
 }
 
 }  // namespace
