@@ -92,6 +92,17 @@ int main(int argc, char** argv) {
   app.add_option("--fd-handshake-timeout-ms", cfg.fd_handshake_timeout_ms,
                  "close fd-socket connections silent this long before hello or inside a request")
       ->capture_default_str()->check(CLI::Range(1u, 3600000u));
+  // Caps (each refused with RESOURCE_EXHAUSTED naming the flag; see daemon_config.h).
+  for (auto [flag, field, what] : {std::tuple{"--max-sessions", &cfg.max_sessions, "sessions at once"},
+                                   {"--max-buffers-per-session", &cfg.max_buffers_per_session,
+                                    "buffers (and GPU fd deposits) one session may hold"},
+                                   {"--max-buffers", &cfg.max_buffers, "buffers of all sessions together"},
+                                   {"--max-communicators-per-session", &cfg.max_communicators_per_session,
+                                    "communicators one session may be a member of"},
+                                   {"--max-communicators", &cfg.max_communicators, "communicators at once"},
+                                   {"--max-pending-joins", &cfg.max_pending_joins, "joins waiting at once"}}) {
+    app.add_option(flag, *field, what)->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  }
   app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error")->capture_default_str();
   app.add_option("--gpu-gather-path", choices.gpu_gather_path,
                  "daemon-executed GPU all-gather: fused (one kernel) | copy-engine (peer copies, no SMs)")
@@ -176,6 +187,14 @@ int main(int argc, char** argv) {
                      cfg.unsafe_event_before_epilogue ? "--unsafe-event-before-epilogue " : "",
                      cfg.unsafe_size_dependent_slots ? "--unsafe-size-dependent-slots" : "");
   }
+
+  // Full caps must not run the daemon out of descriptors (then nothing is served).
+  uint64_t fd_limit = 0;
+  if (collectived::Status s = cd::FitFdLimit(cfg, &fd_limit); !s.ok()) {
+    spdlog::critical("{}", s.message());
+    return 2;
+  }
+  spdlog::info("RLIMIT_NOFILE {} (the caps may hold {} descriptors)", fd_limit, cd::FdsNeeded(cfg));
 
   std::error_code ec;
   const auto dir = std::filesystem::path(cfg.socket_path).parent_path();
