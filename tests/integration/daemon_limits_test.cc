@@ -7,12 +7,15 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -259,6 +262,85 @@ TEST(DaemonFdsTest, ConnectionsBeyondTheCapAreRefusedNamingTheLimit) {
   auto fresh = d.Connect("fresh");
   EXPECT_NE(fresh, nullptr);
   for (int s : idle) close(s);
+}
+
+// A non-blocking connect: a full backlog must not block the test.
+int ConnectNonBlocking(const std::string& path) {
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  if (s >= 0 && connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+// The daemon's user + system CPU time, in seconds.
+double CpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // the name may hold spaces
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The daemon out of descriptors (started under a low RLIMIT_NOFILE, its fd
+// socket and gRPC socket flooded with idle connections): it does not spin,
+// a buffer it cannot make is RESOURCE_EXHAUSTED, and once the offenders are
+// gone a new client is served and the descriptors are back to what they were.
+TEST(DaemonFdsTest, FdExhaustionAndRecovery) {
+  constexpr int kLimit = 300;
+  RaisedFdLimit fd_limit;  // the offenders live in this process
+  if (fd_limit.limit() < 2 * kLimit) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << fd_limit.limit();
+  // The caps fit kLimit (the daemon checks); what exhausts it is idle gRPC connections, which no cap counts.
+  Daemon d({"--max-fd-connections", "100", "--max-sessions", "8", "--max-buffers", "16",
+            "--max-communicators", "8", "--fd-handshake-timeout-ms", "120000"},
+           {"/bin/sh", "-c", "ulimit -n " + std::to_string(kLimit) + " && exec \"$0\" \"$@\""});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const pid_t pid = d.process().pid();
+  auto early = d.Connect("early");
+  ASSERT_NE(early, nullptr);
+  const int baseline = StableFdCount(pid);
+  std::vector<int> offenders;
+  for (int i = 0; i < 100; ++i) offenders.push_back(ConnectNonBlocking(d.socket() + ".fds"));
+  for (int i = 0; i < kLimit && CountFds(pid) < kLimit - 1; ++i) {
+    offenders.push_back(ConnectNonBlocking(d.socket()));
+    if (i % 32 == 31) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it accept
+  }
+  ASSERT_GE(FdsSettleAt(pid, kLimit, 5000), kLimit - 1) << "the daemon did not run out of descriptors";
+  const int queued = ConnectNonBlocking(d.socket() + ".fds");  // waits in the backlog: accept fails
+  {
+    // Whether a descriptor is free at this instant is racy (gRPC closes some
+    // of its own); what must never come back is INTERNAL.
+    Buffer held;
+    Status s = early->AllocBuffer(4096, &held);
+    EXPECT_TRUE(s.ok() || s.code() == StatusCode::kResourceExhausted) << s.ToString();
+  }
+  const double cpu0 = CpuSeconds(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double busy = CpuSeconds(pid) - cpu0;
+  EXPECT_LT(busy, 0.5) << "the daemon spins while out of descriptors";
+  for (int f : offenders) {
+    if (f >= 0) close(f);
+  }
+  if (queued >= 0) close(queued);
+  std::unique_ptr<Client> after;
+  for (int i = 0; i < 50 && after == nullptr; ++i) {  // gRPC retries its accepts once a second
+    after = d.Connect("after");
+    if (after == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_NE(after, nullptr) << d.Log();
+  Buffer b;
+  Status s = after->AllocBuffer(4096, &b);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  after.reset();
+  EXPECT_EQ(FdsSettleAt(pid, baseline, 15000), baseline) << "descriptors left after recovery";
 }
 
 }  // namespace
