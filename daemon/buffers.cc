@@ -7,12 +7,26 @@
 
 namespace collectived::daemon {
 
+Status Registry::CheckBufferCapsLocked(const Session& session) {
+  if (session.buffers.size() + session.deposits.size() >= config_.max_buffers_per_session) {
+    return Status::ResourceExhausted("--max-buffers-per-session (" + std::to_string(config_.max_buffers_per_session) +
+                                     ") reached");
+  }
+  size_t held = 0;  // counted, not tracked: a few hundred sessions at most, and never out of step
+  for (const auto& [id, s] : sessions_) held += s->buffers.size() + s->deposits.size();
+  if (held >= config_.max_buffers) {
+    return Status::ResourceExhausted("--max-buffers (" + std::to_string(config_.max_buffers) + ") reached");
+  }
+  return Status::Ok();
+}
+
 Status Registry::AllocBuffer(uint64_t session_id, uint64_t bytes, BufferInfo* out) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
   if (bytes == 0) return Status::InvalidArgument("buffer of 0 bytes");
   MutexLock lock(&mu_);
   auto sit = sessions_.find(session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(session_id) + " not found");
+  COLLECTIVED_RETURN_IF_ERROR(CheckBufferCapsLocked(*sit->second));
   if (bytes > config_.max_buffer_bytes || buffer_bytes_ > config_.max_buffer_bytes - bytes) {
     return Status::ResourceExhausted("buffer of " + std::to_string(bytes) + " bytes exceeds the daemon's budget (" +
                                      std::to_string(buffer_bytes_) + " of " +

@@ -1,5 +1,9 @@
 #include "daemon/daemon_config.h"
 
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iterator>
 
 namespace collectived::daemon {
@@ -60,6 +64,32 @@ const char* BackendName(Backend backend) {
     if (s.value == backend) return s.name;
   }
   return "unknown";
+}
+
+uint64_t FdsNeeded(const DaemonConfig& cfg) {
+  return kFdReserve + uint64_t{cfg.max_fd_connections} + cfg.max_sessions + cfg.max_buffers + cfg.max_communicators;
+}
+
+Status FitFdLimit(const DaemonConfig& cfg, uint64_t* limit) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return Status::Internal(std::string("getrlimit: ") + std::strerror(errno));
+  const uint64_t need = FdsNeeded(cfg);
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+      return Status::FailedPrecondition(
+          "the caps may hold " + std::to_string(need) + " file descriptors (" + std::to_string(kFdReserve) +
+          " reserved + --max-fd-connections " + std::to_string(cfg.max_fd_connections) + " + --max-sessions " +
+          std::to_string(cfg.max_sessions) + " + --max-buffers " + std::to_string(cfg.max_buffers) +
+          " + --max-communicators " + std::to_string(cfg.max_communicators) + ") but RLIMIT_NOFILE allows " +
+          std::to_string(rl.rlim_max) + ": raise LimitNOFILE (ulimit -n) or lower the caps");
+    }
+    rl.rlim_cur = rl.rlim_max;  // the hard limit, not just `need`: headroom costs nothing
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      return Status::Internal(std::string("setrlimit(RLIMIT_NOFILE): ") + std::strerror(errno));
+    }
+  }
+  *limit = rl.rlim_cur;
+  return Status::Ok();
 }
 
 }  // namespace collectived::daemon

@@ -31,6 +31,21 @@ struct DaemonConfig {
   uint32_t join_timeout_ms = 60000;
   uint64_t max_buffer_bytes = 8ull << 30;  // all sessions' buffers together
   uint32_t drain_timeout_ms = 10000;
+  // The fd socket: connections at once (bound or still in their handshake;
+  // more are answered RESOURCE_EXHAUSTED), and how long a connection may take
+  // to say hello, or stall inside a request, before it is closed.
+  uint32_t max_fd_connections = 1024;
+  uint32_t fd_handshake_timeout_ms = 30000;
+  // Caps on what clients can make the daemon hold, each refused past its
+  // limit with RESOURCE_EXHAUSTED naming its flag. With max_fd_connections
+  // they bound the daemon's descriptors (FdsNeeded). Ops in flight are bounded
+  // per rank by ring_depth.
+  uint32_t max_sessions = 512;
+  uint32_t max_buffers_per_session = 256;  // its buffers and fds deposited for a GPU registration
+  uint32_t max_buffers = 4096;             // all sessions' together
+  uint32_t max_communicators_per_session = 64;  // its memberships, formed or forming
+  uint32_t max_communicators = 1024;
+  uint32_t max_pending_joins = 1024;       // members waiting for their communicator to form
   std::string log_level = "info";
   // Daemon-executed GPU all-gathers: one kernel, or peer copies on the copy engines.
   GpuPath gpu_gather_path = GpuPath::kFused;
@@ -71,6 +86,18 @@ std::vector<std::string> GpuMemoryExportChoices();
 
 // The spelling of a value, for logs and the version RPC.
 const char* BackendName(Backend backend);
+
+// Descriptors the daemon reserves for itself (listen sockets, gRPC's own,
+// logs, a GPU runtime), beyond what the caps let clients make it hold.
+constexpr uint64_t kFdReserve = 128;
+// What RLIMIT_NOFILE must allow when every cap is full: the reserve, every fd
+// connection, a gRPC connection per session, a window per buffer (or
+// deposit) and per communicator.
+uint64_t FdsNeeded(const DaemonConfig& cfg);
+// Raises the soft RLIMIT_NOFILE toward the hard limit when FdsNeeded(cfg)
+// needs more; *limit: the soft limit now. FAILED_PRECONDITION naming the
+// caps when even the hard limit is too low.
+Status FitFdLimit(const DaemonConfig& cfg, uint64_t* limit);
 
 }  // namespace collectived::daemon
 

@@ -1,24 +1,33 @@
 #include "daemon/fd_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
-#include "ipc/fd_channel.h"
+#include "ring/wait.h"
 
 namespace collectived::daemon {
 namespace {
 
-void Reply(int sock, const Status& s, uint64_t bytes, int fd) {
+constexpr int kPollMs = 100;                      // also how soon Stop() is noticed
+constexpr int64_t kAcceptPauseNs = 100'000'000;   // out of fds: retry accepting after this
+constexpr int kRequestsPerWake = 16;              // then the other connections get their turn
+
+// False when the reply could not be sent (a peer that does not read its
+// replies fills its socket; it is dropped rather than waited for).
+bool Reply(int sock, const Status& s, uint64_t bytes, int fd) {
   ipc::FdReply r{};
   r.code = static_cast<int32_t>(s.code());
   r.bytes = bytes;
   std::snprintf(r.message, sizeof(r.message), "%s", s.message().c_str());
-  ipc::SendWithFd(sock, &r, sizeof(r), fd);
+  return ipc::SendWithFd(sock, &r, sizeof(r), fd).ok();
 }
 
 }  // namespace
@@ -28,102 +37,166 @@ FdServer::~FdServer() { Stop(); }
 Status FdServer::Start() {
   COLLECTIVED_RETURN_IF_ERROR(ipc::ListenUnix(path_, &listen_fd_));
   chmod(path_.c_str(), 0660);
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  // Non-blocking: the loop accepts until EAGAIN and must never block there.
+  fcntl(listen_fd_, F_SETFL, fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+  thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
 
 void FdServer::Stop() {
   if (stop_.exchange(true)) return;
-  if (accept_thread_.joinable()) accept_thread_.join();
+  if (thread_.joinable()) thread_.join();
   if (listen_fd_ >= 0) close(listen_fd_);
   unlink(path_.c_str());
-  std::list<Connection> conns;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    conns.swap(connections_);
-  }
-  for (auto& c : conns) shutdown(c.fd, SHUT_RDWR);
-  for (auto& c : conns) {
-    c.thread.join();
-    close(c.fd);
-  }
 }
 
-void FdServer::AcceptLoop() {
+void FdServer::Loop() {
+  const DaemonConfig& cfg = registry_->config();
+  const int64_t handshake_ns = static_cast<int64_t>(cfg.fd_handshake_timeout_ms) * 1000000;
+  int64_t paused_until_ns = 0;
+  std::vector<pollfd> polled;
   while (!stop_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    int sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (sock < 0) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = connections_.begin(); it != connections_.end();) {  // reap finished connections
-      if (it->finished->load()) {
-        it->thread.join();
-        close(it->fd);
-        it = connections_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    auto finished = std::make_shared<std::atomic<bool>>(false);
-    connections_.push_back(Connection{sock, finished, std::thread([this, sock, finished] {
-                                        Serve(sock);
-                                        finished->store(true);
-                                      })});
-  }
-}
-
-void FdServer::Serve(int sock) {
-  uint64_t session = 0;
-  for (;;) {
-    ipc::FdRequest req{};
-    int stray = -1;
-    if (!ipc::RecvWithFd(sock, &req, sizeof(req), &stray).ok()) break;
-    if (req.magic == ipc::kFdMagic && req.type == ipc::FdRequestType::kDepositFd) {
-      if (session == 0 || req.session_id != session) {
-        if (stray >= 0) close(stray);
-        Reply(sock, Status::PermissionDenied("deposit before hello, or for another session"), 0, -1);
-        continue;
-      }
-      if (stray < 0) {
-        Reply(sock, Status::InvalidArgument("a deposit carries an fd"), 0, -1);
-        continue;
-      }
-      uint64_t deposit = 0;
-      Status s = registry_->DepositFd(session, stray, &deposit);  // takes the fd
-      Reply(sock, s, deposit, -1);
+    const bool accepting = ring::NowNs() >= paused_until_ns;
+    polled.assign(1, pollfd{listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    for (const Connection& c : connections_) polled.push_back(pollfd{c.fd, POLLIN, 0});
+    if (poll(polled.data(), polled.size(), kPollMs) < 0 && errno != EINTR) {
+      spdlog::error("fd socket: poll: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
       continue;
     }
-    if (stray >= 0) close(stray);
-    if (req.magic != ipc::kFdMagic) {
-      Reply(sock, Status::InvalidArgument("bad fd-socket request"), 0, -1);
-      break;
-    }
-    if (req.type == ipc::FdRequestType::kHello) {
-      if (session != 0) {
-        Reply(sock, Status::FailedPrecondition("connection already bound"), 0, -1);
-        continue;
+    const int64_t now = ring::NowNs();
+    std::vector<Connection> kept;
+    kept.reserve(connections_.size());
+    for (size_t i = 0; i < connections_.size(); ++i) {
+      Connection& c = connections_[i];
+      bool keep = true;
+      if (polled[i + 1].revents != 0) keep = OnReadable(c, now);
+      if (keep && c.session == 0 && now - c.accepted_ns > handshake_ns) {
+        spdlog::warn("fd socket: closing a connection that sent no hello within --fd-handshake-timeout-ms ({})",
+                     cfg.fd_handshake_timeout_ms);
+        keep = false;
+      } else if (keep && c.partial_since_ns != 0 && now - c.partial_since_ns > handshake_ns) {
+        spdlog::warn("fd socket: closing session {}'s connection: a request stalled half-sent for over "
+                     "--fd-handshake-timeout-ms ({})", c.session, cfg.fd_handshake_timeout_ms);
+        keep = false;
       }
-      Status s = registry_->BindConnection(req.session_id, req.arg);
-      Reply(sock, s, 0, -1);
-      if (!s.ok()) break;
-      session = req.session_id;
-    } else if (req.type == ipc::FdRequestType::kFetchWindow) {
-      if (session == 0 || req.session_id != session) {
-        Reply(sock, Status::PermissionDenied("fetch before hello, or for another session"), 0, -1);
-        continue;
+      if (keep) {
+        kept.push_back(std::move(c));
+      } else {
+        Close(c, /*reclaim=*/true);
       }
-      WindowFd window;
-      Status s = registry_->FetchWindow(session, req.arg, &window);
-      Reply(sock, s, s.ok() ? window.size : 0, s.ok() ? window.fd : -1);
-      if (window.close_after_send && window.fd >= 0) close(window.fd);
-    } else {
-      Reply(sock, Status::InvalidArgument("unknown fd-socket request type"), 0, -1);
     }
+    connections_.swap(kept);
+    if (accepting && (polled[0].revents & POLLIN)) AcceptPending(now, &paused_until_ns);
   }
+  for (Connection& c : connections_) Close(c, /*reclaim=*/false);  // the registry's end reclaims them
+  connections_.clear();
+}
+
+void FdServer::AcceptPending(int64_t now_ns, int64_t* paused_until_ns) {
+  const size_t max_connections = registry_->config().max_fd_connections;
+  for (;;) {
+    const int sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (sock < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // EMFILE, ENFILE, ENOBUFS, ENOMEM: the listen socket stays readable, so
+      // retrying at once would spin; the client waits in the backlog instead.
+      static int64_t last_log_ns = 0;
+      if (now_ns - last_log_ns > 5'000'000'000LL) {
+        spdlog::warn("fd socket: cannot accept ({}); pausing accepts for {} ms", std::strerror(errno),
+                     kAcceptPauseNs / 1000000);
+        last_log_ns = now_ns;
+      }
+      *paused_until_ns = now_ns + kAcceptPauseNs;
+      return;
+    }
+    if (connections_.size() >= max_connections) {
+      Reply(sock, Status::ResourceExhausted("--max-fd-connections (" + std::to_string(max_connections) + ") reached"),
+            0, -1);
+      close(sock);
+      continue;
+    }
+    Connection c;
+    c.fd = sock;
+    c.accepted_ns = now_ns;
+    connections_.push_back(std::move(c));
+  }
+}
+
+bool FdServer::OnReadable(Connection& c, int64_t now_ns) {
+  for (int served = 0; served < kRequestsPerWake;) {
+    size_t n = 0;
+    Status s = ipc::RecvSome(c.fd, reinterpret_cast<char*>(&c.req) + c.got, sizeof(c.req) - c.got, &n, &c.fds);
+    if (!s.ok()) return false;  // closed by the peer, or a broken stream; Close() closes c.fds
+    if (n == 0) return true;    // nothing more for now
+    c.got += n;
+    if (c.got < sizeof(c.req)) {
+      if (c.partial_since_ns == 0) c.partial_since_ns = now_ns;
+      continue;
+    }
+    c.got = 0;
+    c.partial_since_ns = 0;
+    ++served;
+    if (c.fds.size() > 1) {
+      const size_t count = c.fds.size();
+      ipc::CloseFds(&c.fds);
+      if (!Reply(c.fd, Status::InvalidArgument("fd-socket message carried " + std::to_string(count) +
+                                               " descriptors; at most 1 is accepted"), 0, -1)) {
+        return false;
+      }
+      continue;
+    }
+    const int fd = c.fds.empty() ? -1 : c.fds[0];
+    c.fds.clear();  // Handle owns fd now
+    if (!Handle(c, fd)) return false;
+  }
+  return true;
+}
+
+bool FdServer::Handle(Connection& c, int stray) {
+  const ipc::FdRequest& req = c.req;
+  if (req.magic == ipc::kFdMagic && req.type == ipc::FdRequestType::kDepositFd) {
+    if (c.session == 0 || req.session_id != c.session) {
+      if (stray >= 0) close(stray);
+      return Reply(c.fd, Status::PermissionDenied("deposit before hello, or for another session"), 0, -1);
+    }
+    if (stray < 0) return Reply(c.fd, Status::InvalidArgument("a deposit carries an fd"), 0, -1);
+    uint64_t deposit = 0;
+    Status s = registry_->DepositFd(c.session, stray, &deposit);  // takes the fd
+    return Reply(c.fd, s, deposit, -1);
+  }
+  if (stray >= 0) close(stray);
+  if (req.magic != ipc::kFdMagic) {
+    Reply(c.fd, Status::InvalidArgument("bad fd-socket request"), 0, -1);
+    return false;
+  }
+  if (req.type == ipc::FdRequestType::kHello) {
+    if (c.session != 0) return Reply(c.fd, Status::FailedPrecondition("connection already bound"), 0, -1);
+    Status s = registry_->BindConnection(req.session_id, req.arg);
+    if (s.ok()) c.session = req.session_id;  // set first: a failed reply still ends the lease
+    return Reply(c.fd, s, 0, -1) && s.ok();
+  }
+  if (req.type == ipc::FdRequestType::kFetchWindow) {
+    if (c.session == 0 || req.session_id != c.session) {
+      return Reply(c.fd, Status::PermissionDenied("fetch before hello, or for another session"), 0, -1);
+    }
+    WindowFd window;
+    Status s = registry_->FetchWindow(c.session, req.arg, &window);
+    const bool sent = Reply(c.fd, s, s.ok() ? window.size : 0, s.ok() ? window.fd : -1);
+    if (window.close_after_send && window.fd >= 0) close(window.fd);
+    return sent;
+  }
+  return Reply(c.fd, Status::InvalidArgument("unknown fd-socket request type"), 0, -1);
+}
+
+void FdServer::Close(Connection& c, bool reclaim) {
+  ipc::CloseFds(&c.fds);
+  if (c.fd >= 0) close(c.fd);
+  c.fd = -1;
   // The lease ends with the connection: reclaim whatever the session held.
-  if (session != 0 && !stop_.load()) registry_->ConnectionClosed(session);
-  shutdown(sock, SHUT_RDWR);  // closed by Stop() or the reaper, never reused under them
+  if (reclaim && c.session != 0) registry_->ConnectionClosed(c.session);
+  c.session = 0;
 }
 
 }  // namespace collectived::daemon

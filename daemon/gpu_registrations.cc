@@ -22,6 +22,7 @@ Status Registry::DepositFd(uint64_t session_id, int fd, uint64_t* deposit_id) {
     return Status::ResourceExhausted("session holds " + std::to_string(kMaxDepositsPerSession) +
                                      " deposited fds no registration claimed");
   }
+  COLLECTIVED_RETURN_IF_ERROR(CheckBufferCapsLocked(*sit->second));
   *deposit_id = next_id_++;
   sit->second->deposits[*deposit_id] = std::move(owned);
   return Status::Ok();

@@ -183,6 +183,22 @@ void Registry::Join(const JoinRequest& req, JoinDone done) {
   if (!error.ok()) done(error, JoinResult{});
 }
 
+Status Registry::CheckJoinCapsLocked(const Session& session) {
+  if (session.memberships.size() >= config_.max_communicators_per_session) {
+    return Status::ResourceExhausted("--max-communicators-per-session (" +
+                                     std::to_string(config_.max_communicators_per_session) + ") reached");
+  }
+  size_t pending = 0;  // counted, not tracked: never out of step with the communicators
+  for (const auto& [id, c] : comms_) {
+    if (!c->formed) pending += c->joined;
+  }
+  if (pending >= config_.max_pending_joins) {
+    return Status::ResourceExhausted("--max-pending-joins (" + std::to_string(config_.max_pending_joins) +
+                                     ") reached");
+  }
+  return Status::Ok();
+}
+
 Status Registry::JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
   auto sit = sessions_.find(req.session_id);
@@ -190,6 +206,7 @@ Status Registry::JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* af
   COLLECTIVED_RETURN_IF_ERROR(ValidateJoin(req));
   COLLECTIVED_RETURN_IF_ERROR(ApplyRefusalLocked(req, after));
   COLLECTIVED_RETURN_IF_ERROR(ValidateDevice(req, config_));
+  COLLECTIVED_RETURN_IF_ERROR(CheckJoinCapsLocked(*sit->second));
   Comm* comm = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(FindOrCreateCommLocked(req, &comm));
   comm->members[req.rank] = req.session_id;
@@ -258,6 +275,10 @@ Status Registry::FindOrCreateCommLocked(const JoinRequest& req, Comm** out) {
     COLLECTIVED_RETURN_IF_ERROR(CheckSameAsEarlierMembers(*comm, req, config_));
     *out = comm;
     return Status::Ok();
+  }
+  if (comms_.size() >= config_.max_communicators) {
+    return Status::ResourceExhausted("--max-communicators (" + std::to_string(config_.max_communicators) +
+                                     ") reached");
   }
   const ExecutionMode mode = ModeOf(req);
   const uint32_t timeout_ms = OpTimeoutMsOf(req, config_);

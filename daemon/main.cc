@@ -94,6 +94,22 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(uint64_t{1} << 12, uint64_t{1} << 44));
   app.add_option("--drain-timeout-ms", cfg.drain_timeout_ms, "on SIGTERM, how long to wait for sessions to end")
       ->capture_default_str()->check(CLI::Range(0u, cd::validate::kMaxTimeoutMs));
+  app.add_option("--max-fd-connections", cfg.max_fd_connections, "fd-socket connections at once")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--fd-handshake-timeout-ms", cfg.fd_handshake_timeout_ms,
+                 "close fd-socket connections silent this long before hello or inside a request")
+      ->capture_default_str()->check(CLI::Range(1u, cd::validate::kMaxTimeoutMs));
+  // Caps (each refused with RESOURCE_EXHAUSTED naming the flag; see daemon_config.h).
+  for (auto [flag, field, what] : {std::tuple{"--max-sessions", &cfg.max_sessions, "sessions at once"},
+                                   {"--max-buffers-per-session", &cfg.max_buffers_per_session,
+                                    "buffers (and GPU fd deposits) one session may hold"},
+                                   {"--max-buffers", &cfg.max_buffers, "buffers of all sessions together"},
+                                   {"--max-communicators-per-session", &cfg.max_communicators_per_session,
+                                    "communicators one session may be a member of"},
+                                   {"--max-communicators", &cfg.max_communicators, "communicators at once"},
+                                   {"--max-pending-joins", &cfg.max_pending_joins, "joins waiting at once"}}) {
+    app.add_option(flag, *field, what)->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  }
   // spdlog maps an unknown level name to "off": checked here so a typo cannot silence the log.
   app.add_option("--log-level", cfg.log_level, "trace | debug | info | warn | error | critical | off")
       ->capture_default_str()->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
@@ -202,6 +218,14 @@ int main(int argc, char** argv) {
                      cfg.unsafe_event_before_epilogue ? "--unsafe-event-before-epilogue " : "",
                      cfg.unsafe_size_dependent_slots ? "--unsafe-size-dependent-slots" : "");
   }
+
+  // Full caps must not run the daemon out of descriptors (then nothing is served).
+  uint64_t fd_limit = 0;
+  if (collectived::Status s = cd::FitFdLimit(cfg, &fd_limit); !s.ok()) {
+    spdlog::critical("{}", s.message());
+    return 2;
+  }
+  spdlog::info("RLIMIT_NOFILE {} (the caps may hold {} descriptors)", fd_limit, cd::FdsNeeded(cfg));
 
   std::error_code ec;
   const auto dir = std::filesystem::path(cfg.socket_path).parent_path();

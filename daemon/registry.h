@@ -176,8 +176,12 @@ class Registry {
 
   // buffers.cc. True while a posted op not yet completed names the buffer.
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id) COLLECTIVED_REQUIRES(mu_);
+  // RESOURCE_EXHAUSTED naming the cap when `session` may hold no more
+  // buffers (buffers and deposited fds count alike: each is a descriptor).
+  Status CheckBufferCapsLocked(const Session& session) COLLECTIVED_REQUIRES(mu_);
 
-  // join.cc.
+  // join.cc. RESOURCE_EXHAUSTED naming the cap when `session` may not join one more.
+  Status CheckJoinCapsLocked(const Session& session) COLLECTIVED_REQUIRES(mu_);
   // Join's work; on success takes *done (answered later through `after`).
   Status JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after) COLLECTIVED_REQUIRES(mu_);
   // A member that cannot join: records the refusal, withdraws the members

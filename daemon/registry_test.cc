@@ -538,5 +538,98 @@ TEST_F(RegistryTest, DepositedFdsAreBoundedAndRegistrationNeedsAGpuCommunicator)
   for (int h : held) EXPECT_FALSE(FdOpen(h)) << h;
 }
 
+// Each cap: past it RESOURCE_EXHAUSTED naming the flag, and once something
+// is freed the next request succeeds.
+class RegistryCapsTest : public ::testing::Test {
+ protected:
+  void Start(const DaemonConfig& c) { reg_ = std::make_unique<Registry>(c); }
+  uint64_t Attach() {
+    uint64_t id = 0, token = 0;
+    EXPECT_TRUE(reg_->Attach("caps", kPid, &id, &token).ok());
+    return id;
+  }
+  AnswerPtr Join(uint64_t session, const std::string& key, uint32_t world, uint32_t rank) {
+    auto a = std::make_shared<Answer>();
+    reg_->Join(Req(session, key, world, rank), Into(a));
+    return a;
+  }
+  static void ExpectCap(const Status& s, const std::string& message) {
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_EQ(s.message(), message);
+  }
+  std::unique_ptr<Registry> reg_;
+};
+
+TEST_F(RegistryCapsTest, Sessions) {
+  DaemonConfig c = TestConfig();
+  c.max_sessions = 2;
+  Start(c);
+  const uint64_t s0 = Attach();
+  Attach();
+  uint64_t id = 0, token = 0;
+  ExpectCap(reg_->Attach("third", kPid, &id, &token), "--max-sessions (2) reached");
+  ASSERT_TRUE(reg_->Detach(s0).ok());
+  EXPECT_TRUE(reg_->Attach("third", kPid, &id, &token).ok());
+}
+
+TEST_F(RegistryCapsTest, BuffersPerSessionAndInTotalWithDepositsCounted) {
+  DaemonConfig c = TestConfig();
+  c.max_buffers_per_session = 2;
+  c.max_buffers = 3;
+  Start(c);
+  const uint64_t s0 = Attach(), s1 = Attach();
+  BufferInfo b0, b;
+  ASSERT_TRUE(reg_->AllocBuffer(s0, 64, &b0).ok());
+  ASSERT_TRUE(reg_->AllocBuffer(s0, 64, &b).ok());
+  ExpectCap(reg_->AllocBuffer(s0, 64, &b), "--max-buffers-per-session (2) reached");
+  ASSERT_TRUE(reg_->AllocBuffer(s1, 64, &b).ok());
+  ExpectCap(reg_->AllocBuffer(s1, 64, &b), "--max-buffers (3) reached");
+  const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  uint64_t deposit = 0;
+  ExpectCap(reg_->DepositFd(s1, fd, &deposit), "--max-buffers (3) reached");
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);  // a refused deposit's fd is closed
+  ASSERT_TRUE(reg_->FreeBuffer(s0, b0.buffer_id).ok());
+  EXPECT_TRUE(reg_->DepositFd(s1, open("/dev/null", O_RDONLY | O_CLOEXEC), &deposit).ok());
+  ExpectCap(reg_->AllocBuffer(s1, 64, &b), "--max-buffers-per-session (2) reached");  // the deposit counts
+}
+
+TEST_F(RegistryCapsTest, CommunicatorsPerSessionAndInTotal) {
+  DaemonConfig c = TestConfig();
+  c.max_communicators_per_session = 2;
+  c.max_communicators = 3;
+  Start(c);
+  const uint64_t s0 = Attach(), s1 = Attach(), s2 = Attach();
+  auto a = Join(s0, "a", 1, 0);
+  ASSERT_TRUE(a->status.ok()) << a->status.ToString();
+  ASSERT_TRUE(Join(s0, "b", 1, 0)->status.ok());
+  auto refused = Join(s0, "c", 1, 0);
+  EXPECT_EQ(refused->calls, 1);
+  ExpectCap(refused->status, "--max-communicators-per-session (2) reached");
+  auto d = Join(s1, "d", 1, 0);
+  ASSERT_TRUE(d->status.ok());
+  ExpectCap(Join(s2, "e", 1, 0)->status, "--max-communicators (3) reached");
+  ASSERT_TRUE(reg_->DestroyCommunicator(s0, a->result.comm_id, 0).ok());
+  EXPECT_TRUE(Join(s2, "e", 1, 0)->status.ok());
+  ASSERT_TRUE(reg_->DestroyCommunicator(s1, d->result.comm_id, 0).ok());
+  EXPECT_TRUE(Join(s0, "c", 1, 0)->status.ok());  // room in the session again
+}
+
+TEST_F(RegistryCapsTest, PendingJoins) {
+  DaemonConfig c = TestConfig();
+  c.max_pending_joins = 2;
+  Start(c);
+  const uint64_t s0 = Attach(), s1 = Attach(), s2 = Attach();
+  auto p0 = Join(s0, "p", 3, 0);
+  auto p1 = Join(s1, "p", 3, 1);
+  EXPECT_EQ(p0->calls + p1->calls, 0);  // both waiting
+  auto q = Join(s2, "q", 2, 0);
+  EXPECT_EQ(q->calls, 1);
+  ExpectCap(q->status, "--max-pending-joins (2) reached");
+  ASSERT_TRUE(reg_->Detach(s1).ok());  // withdraws its join
+  EXPECT_EQ(p1->calls, 1);
+  q = Join(s2, "q", 2, 0);
+  EXPECT_EQ(q->calls, 0) << q->status.ToString();  // waiting, not refused
+}
+
 }  // namespace
 }  // namespace collectived::daemon

@@ -21,6 +21,9 @@ uint64_t RandomToken() {
 Status Registry::Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
   MutexLock lock(&mu_);
+  if (sessions_.size() >= config_.max_sessions) {
+    return Status::ResourceExhausted("--max-sessions (" + std::to_string(config_.max_sessions) + ") reached");
+  }
   auto s = std::make_unique<Session>();
   s->id = next_id_++;
   s->token = RandomToken();

@@ -48,26 +48,71 @@ Status SendWithFd(int sock, const void* data, size_t len, int fd) {
   }
 }
 
+void CloseFds(std::vector<int>* fds) {
+  for (int f : *fds) close(f);
+  fds->clear();
+}
+
+Status RecvSome(int sock, void* data, size_t len, size_t* got, std::vector<int>* fds) {
+  *got = 0;
+  iovec iov{data, len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  // Room for the most descriptors one message can carry (SCM_MAX_FD, 253),
+  // so a sender cannot make the kernel truncate what the daemon must close.
+  union {
+    cmsghdr align;
+    char bytes[CMSG_SPACE(sizeof(int) * 253)];
+  } control;
+  msg.msg_control = control.bytes;
+  msg.msg_controllen = sizeof(control.bytes);
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Ok();
+  if (n < 0) return Errno("recvmsg");
+  // Collect before looking at n: descriptors may come with the last bytes.
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int f;
+      std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds->push_back(f);
+    }
+  }
+  if (msg.msg_flags & MSG_CTRUNC) {
+    CloseFds(fds);
+    return Status::InvalidArgument("fd-socket message carried more descriptors than fit (control data truncated)");
+  }
+  if (n == 0) return Status::Unavailable("fd socket closed by peer");
+  *got = static_cast<size_t>(n);
+  return Status::Ok();
+}
+
 Status RecvWithFd(int sock, void* data, size_t len, int* fd) {
   *fd = -1;
+  std::vector<int> fds;
   size_t got = 0;
   while (got < len) {
-    iovec iov{static_cast<char*>(data) + got, len - got};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno("recvmsg");
-    if (n == 0) return Status::Unavailable("fd socket closed by peer");
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(fd, CMSG_DATA(c), sizeof(int));
+    size_t n = 0;
+    Status s = RecvSome(sock, static_cast<char*>(data) + got, len - got, &n, &fds);
+    if (s.ok() && n == 0) s = Status::Unavailable("recvmsg: no data (non-blocking socket or receive timeout)");
+    if (!s.ok()) {
+      CloseFds(&fds);
+      return s;
     }
-    got += static_cast<size_t>(n);
+    got += n;
   }
+  if (fds.size() > 1) {
+    const size_t count = fds.size();
+    CloseFds(&fds);
+    return Status::InvalidArgument("fd-socket message carried " + std::to_string(count) +
+                                   " descriptors; at most 1 is accepted");
+  }
+  if (!fds.empty()) *fd = fds[0];
   return Status::Ok();
 }
 

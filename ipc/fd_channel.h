@@ -5,8 +5,10 @@
 #ifndef COLLECTIVED_IPC_FD_CHANNEL_H_
 #define COLLECTIVED_IPC_FD_CHANNEL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "collectived/status.h"
 
@@ -37,7 +39,18 @@ struct FdReply {
 Status SendWithFd(int sock, const void* data, size_t len, int fd);
 // Receives exactly `len` bytes; a descriptor, if one came, goes to *fd (else -1).
 // NOT_FOUND-free contract: UNAVAILABLE on orderly close by the peer.
+// Every descriptor that arrives is either handed out or closed: on any error,
+// and when the message (in however many pieces it came) carried more than one
+// (INVALID_ARGUMENT; the bytes are consumed, so the stream stays framed).
 Status RecvWithFd(int sock, void* data, size_t len, int* fd);
+
+// One recvmsg of at most `len` bytes: *got is what came (0 and OK when a
+// non-blocking socket has nothing), and every descriptor of every control
+// message is appended to *fds, which the caller then owns. A truncated
+// control message (MSG_CTRUNC) closes what did arrive and is INVALID_ARGUMENT.
+Status RecvSome(int sock, void* data, size_t len, size_t* got, std::vector<int>* fds);
+// Closes every fd in *fds and empties it.
+void CloseFds(std::vector<int>* fds);
 
 Status ConnectUnix(const std::string& path, int* sock);
 // Binds and listens; unlinks a stale path first (the caller holds the lock).

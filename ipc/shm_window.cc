@@ -11,7 +11,12 @@
 namespace collectived::ipc {
 namespace {
 
-Status Errno(const char* what) { return Status::Internal(std::string(what) + ": " + std::strerror(errno)); }
+// Out of descriptors or memory is a limit the caller hit, not a bug: RESOURCE_EXHAUSTED, not INTERNAL.
+Status Errno(const char* what) {
+  const std::string text = std::string(what) + ": " + std::strerror(errno);
+  if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) return Status::ResourceExhausted(text);
+  return Status::Internal(text);
+}
 
 }  // namespace
 

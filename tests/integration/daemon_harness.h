@@ -103,8 +103,14 @@ class TempDir {
 // A daemon on `<tmp>/c.sock`, ready when constructed (or failed()).
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> extra_flags = {}) {
-    std::vector<std::string> argv = {DaemonBin(), "--socket", socket(), "--log-level", "info"};
+  // `wrapper`: argv the daemon's command line is appended to (e.g. a shell
+  // that lowers its limits and execs it: the pid stays the daemon's).
+  explicit Daemon(std::vector<std::string> extra_flags = {}, std::vector<std::string> wrapper = {}) {
+    std::vector<std::string> argv = wrapper;
+    for (const std::string& a : {DaemonBin(), std::string("--socket"), socket(), std::string("--log-level"),
+                                 std::string("info")}) {
+      argv.push_back(a);
+    }
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     process_ = std::make_unique<Process>(argv, dir_.path() + "/daemon.log");
     for (int i = 0; i < 400 && !ready_; ++i) {  // up to 4 s
