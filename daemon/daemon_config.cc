@@ -67,7 +67,8 @@ const char* BackendName(Backend backend) {
 }
 
 uint64_t FdsNeeded(const DaemonConfig& cfg) {
-  return kFdReserve + uint64_t{cfg.max_fd_connections} + cfg.max_sessions + cfg.max_buffers + cfg.max_communicators;
+  return kFdReserve + uint64_t{cfg.max_fd_connections} + 2 * uint64_t{cfg.max_grpc_connections} + cfg.max_buffers +
+         cfg.max_communicators;
 }
 
 Status FitFdLimit(const DaemonConfig& cfg, uint64_t* limit) {
@@ -78,8 +79,8 @@ Status FitFdLimit(const DaemonConfig& cfg, uint64_t* limit) {
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
       return Status::FailedPrecondition(
           "the caps may hold " + std::to_string(need) + " file descriptors (" + std::to_string(kFdReserve) +
-          " reserved + --max-fd-connections " + std::to_string(cfg.max_fd_connections) + " + --max-sessions " +
-          std::to_string(cfg.max_sessions) + " + --max-buffers " + std::to_string(cfg.max_buffers) +
+          " reserved + --max-fd-connections " + std::to_string(cfg.max_fd_connections) + " + 2 x --max-grpc-connections " +
+          std::to_string(cfg.max_grpc_connections) + " + --max-buffers " + std::to_string(cfg.max_buffers) +
           " + --max-communicators " + std::to_string(cfg.max_communicators) + ") but RLIMIT_NOFILE allows " +
           std::to_string(rl.rlim_max) + ": raise LimitNOFILE (ulimit -n) or lower the caps");
     }

@@ -36,6 +36,14 @@ struct DaemonConfig {
   // to say hello, or stall inside a request, before it is closed.
   uint32_t max_fd_connections = 1024;
   uint32_t fd_handshake_timeout_ms = 30000;
+  // The gRPC socket: connections at once (more are closed at accept). Each
+  // costs two descriptors: gRPC's and the acceptor's watch (grpc_acceptor.h).
+  uint32_t max_grpc_connections = 1024;
+  // Access (docs/security.md), by group name or number; empty: none. The
+  // admin group may drain the daemon and see every key in the stats; members
+  // of the shared group may join communicators formed by other members of it.
+  std::string admin_group;
+  std::string shared_group;
   // Caps on what clients can make the daemon hold, each refused past its
   // limit with RESOURCE_EXHAUSTED naming its flag. With max_fd_connections
   // they bound the daemon's descriptors (FdsNeeded). Ops in flight are bounded
@@ -91,8 +99,8 @@ const char* BackendName(Backend backend);
 // logs, a GPU runtime), beyond what the caps let clients make it hold.
 constexpr uint64_t kFdReserve = 128;
 // What RLIMIT_NOFILE must allow when every cap is full: the reserve, every fd
-// connection, a gRPC connection per session, a window per buffer (or
-// deposit) and per communicator.
+// connection, two per gRPC connection, a window per buffer (or deposit) and
+// per communicator.
 uint64_t FdsNeeded(const DaemonConfig& cfg);
 // Raises the soft RLIMIT_NOFILE toward the hard limit when FdsNeeded(cfg)
 // needs more; *limit: the soft limit now. FAILED_PRECONDITION naming the

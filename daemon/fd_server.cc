@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ipc/unix_peer.h"
 #include "ring/wait.h"
 
 namespace collectived::daemon {
@@ -96,16 +97,14 @@ void FdServer::Loop() {
 void FdServer::AcceptPending(int64_t now_ns, int64_t* paused_until_ns) {
   const size_t max_connections = registry_->config().max_fd_connections;
   for (;;) {
-    const int sock = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (sock < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      // EMFILE, ENFILE, ENOBUFS, ENOMEM: the listen socket stays readable, so
-      // retrying at once would spin; the client waits in the backlog instead.
+    int sock = -1;
+    Status s = ipc::AcceptPending(listen_fd_, &sock);
+    if (s.code() == StatusCode::kUnavailable) return;
+    if (!s.ok()) {
+      // The client waits in the backlog instead of the loop spinning.
       static int64_t last_log_ns = 0;
       if (now_ns - last_log_ns > 5'000'000'000LL) {
-        spdlog::warn("fd socket: cannot accept ({}); pausing accepts for {} ms", std::strerror(errno),
-                     kAcceptPauseNs / 1000000);
+        spdlog::warn("fd socket: {}; pausing accepts for {} ms", s.message(), kAcceptPauseNs / 1000000);
         last_log_ns = now_ns;
       }
       *paused_until_ns = now_ns + kAcceptPauseNs;
@@ -120,6 +119,8 @@ void FdServer::AcceptPending(int64_t now_ns, int64_t* paused_until_ns) {
     Connection c;
     c.fd = sock;
     c.accepted_ns = now_ns;
+    // Unreadable credentials leave uid unknown: such a connection binds no session.
+    ipc::ReadPeerCredentials(sock, &c.peer);
     connections_.push_back(std::move(c));
   }
 }
@@ -173,7 +174,7 @@ bool FdServer::Handle(Connection& c, int stray) {
   }
   if (req.type == ipc::FdRequestType::kHello) {
     if (c.session != 0) return Reply(c.fd, Status::FailedPrecondition("connection already bound"), 0, -1);
-    Status s = registry_->BindConnection(req.session_id, req.arg);
+    Status s = registry_->BindConnection(req.session_id, req.arg, c.peer.uid);
     if (s.ok()) c.session = req.session_id;  // set first: a failed reply still ends the lease
     return Reply(c.fd, s, 0, -1) && s.ok();
   }

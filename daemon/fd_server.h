@@ -14,6 +14,7 @@
 #include "collectived/status.h"
 #include "daemon/registry.h"
 #include "ipc/fd_channel.h"
+#include "ipc/unix_peer.h"
 
 namespace collectived::daemon {
 
@@ -33,6 +34,7 @@ class FdServer {
   struct Connection {
     int fd = -1;
     uint64_t session = 0;  // 0 until hello
+    ipc::PeerCredentials peer;  // read at accept: hello binds only its owner's session
     int64_t accepted_ns = 0;
     int64_t partial_since_ns = 0;  // a request begun but not complete: since when
     size_t got = 0;

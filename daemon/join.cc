@@ -199,11 +199,27 @@ Status Registry::CheckJoinCapsLocked(const Session& session) {
   return Status::Ok();
 }
 
+Status Registry::CheckKeyOwnerLocked(const std::string& key, const ipc::PeerCredentials& joiner) {
+  const ipc::PeerCredentials* owner = nullptr;
+  if (auto kit = comm_by_key_.find(key); kit != comm_by_key_.end()) owner = &comms_.at(kit->second)->owner;
+  if (auto rit = refused_keys_.find(key); owner == nullptr && rit != refused_keys_.end() &&
+                                          rit->second.until_ns > ring::NowNs()) {
+    owner = &rit->second.owner;
+  }
+  if (owner == nullptr || access_.MayShare(*owner, joiner)) return Status::Ok();
+  // The joiner named the key, so naming it back tells it nothing new; the
+  // other uid's communicator is not touched.
+  return Status::PermissionDenied("key '" + key + "' is taken by a communicator of uid " +
+                                  std::to_string(owner->uid) + "; uid " + std::to_string(joiner.uid) +
+                                  " may not join it (no --shared-group holds both)");
+}
+
 Status Registry::JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after) {
   COLLECTIVED_RETURN_IF_ERROR(CheckServing());
   auto sit = sessions_.find(req.session_id);
   if (sit == sessions_.end()) return Status::NotFound("session " + std::to_string(req.session_id) + " not found");
   COLLECTIVED_RETURN_IF_ERROR(ValidateJoin(req));
+  COLLECTIVED_RETURN_IF_ERROR(CheckKeyOwnerLocked(req.key, sit->second->owner));
   COLLECTIVED_RETURN_IF_ERROR(ApplyRefusalLocked(req, after));
   COLLECTIVED_RETURN_IF_ERROR(ValidateDevice(req, config_));
   COLLECTIVED_RETURN_IF_ERROR(CheckJoinCapsLocked(*sit->second));
@@ -231,6 +247,7 @@ Status Registry::ApplyRefusalLocked(const JoinRequest& req, Deferred* after) {
     if (refusal.until_ns <= now_ns) refusal = Refusal{};
     if (refusal.why.empty()) {  // the first reason and world size stand
       refusal.why = why;
+      refusal.owner = sessions_.at(req.session_id)->owner;
       refusal.world_size = req.world_size;
     }
     refusal.until_ns = now_ns + static_cast<int64_t>(config_.join_timeout_ms) * 1000000;
@@ -285,6 +302,7 @@ Status Registry::FindOrCreateCommLocked(const JoinRequest& req, Comm** out) {
   auto c = std::make_unique<Comm>();
   c->id = next_id_++;
   c->key = req.key;
+  c->owner = sessions_.at(req.session_id)->owner;
   c->world_size = req.world_size;
   c->mode = mode;
   c->op_timeout_ms = timeout_ms;

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "daemon/daemon_config.h"
+#include "daemon/access.h"
 #include "daemon/fd_server.h"
+#include "daemon/grpc_acceptor.h"
 #include "daemon/gpu_comm_memory.h"
 #include "daemon/mps.h"
 #include "daemon/registry.h"
@@ -96,6 +98,15 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0u, cd::validate::kMaxTimeoutMs));
   app.add_option("--max-fd-connections", cfg.max_fd_connections, "fd-socket connections at once")
       ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--max-grpc-connections", cfg.max_grpc_connections,
+                 "gRPC-socket connections at once (more are closed at accept)")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--admin-group", cfg.admin_group,
+                 "group (name or number) that may drain the daemon and see every key in the stats")
+      ->capture_default_str();
+  app.add_option("--shared-group", cfg.shared_group,
+                 "group whose members may join communicators formed by other members of it")
+      ->capture_default_str();
   app.add_option("--fd-handshake-timeout-ms", cfg.fd_handshake_timeout_ms,
                  "close fd-socket connections silent this long before hello or inside a request")
       ->capture_default_str()->check(CLI::Range(1u, cd::validate::kMaxTimeoutMs));
@@ -145,9 +156,14 @@ int main(int argc, char** argv) {
   // must start a daemon, not dump again).
   app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit")
       ->configurable(false);
-  const std::vector<std::string> env_names = {"socket", "backend", "max-message-bytes", "one-shot-max-bytes",
-                                              "ring-depth", "op-timeout-ms", "join-timeout-ms",
-                                              "max-buffer-bytes", "drain-timeout-ms", "log-level"};
+  // Every setting has its COLLECTIVED_* variable (not --config or --dump-config).
+  std::vector<std::string> env_names;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_configurable() && !o->get_lnames().empty() && o->get_lnames()[0] != "config" &&
+        o->get_lnames()[0] != "help") {
+      env_names.push_back(o->get_lnames()[0]);
+    }
+  }
   std::vector<std::string> args = ArgsWithEnv(argc, argv, env_names);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
@@ -242,27 +258,43 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  cd::Registry registry(cfg);
+  cd::AccessPolicy access(geteuid());
+  if (collectived::Status s = cd::AccessPolicy::Resolve(geteuid(), cfg.admin_group, cfg.shared_group, &access);
+      !s.ok()) {
+    spdlog::critical("{}", s.message());
+    return 2;
+  }
+  cd::Registry registry(cfg, access);
   cd::FdServer fd_server(&registry, cfg.socket_path + ".fds");
   if (auto s = fd_server.Start(); !s.ok()) {
     spdlog::critical("fd socket: {}", s.ToString());
     return 1;
   }
+  // The daemon accepts gRPC connections itself (GrpcAcceptor): every call's
+  // caller is then known by its credentials, and connections are capped.
+  cd::GrpcAcceptor acceptor(cfg.socket_path, cfg.max_grpc_connections);
+  if (auto s = acceptor.Listen(); !s.ok()) {  // unlinks a dead daemon's stale socket; we hold the lock
+    spdlog::critical("gRPC socket: {}", s.ToString());
+    return 1;
+  }
   std::unique_ptr<grpc::Server> server;
-  cd::CollectiveServiceImpl service(&registry, fd_server.path(), [&server] {
-    if (server) server->GetHealthCheckService()->SetServingStatus(false);
-  });
+  cd::CollectiveServiceImpl service(
+      &registry, fd_server.path(),
+      [&acceptor](const std::string& peer, collectived::ipc::PeerCredentials* out) {
+        return acceptor.Lookup(peer, out);
+      },
+      [&server] {
+        if (server) server->GetHealthCheckService()->SetServingStatus(false);
+      });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  unlink(cfg.socket_path.c_str());  // stale socket of a dead daemon; we hold the lock
-  builder.AddListeningPort("unix:" + cfg.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&service);
   server = builder.BuildAndStart();
   if (!server) {
-    spdlog::critical("cannot listen on unix:{}", cfg.socket_path);
+    spdlog::critical("cannot start the gRPC server");
     return 1;
   }
-  chmod(cfg.socket_path.c_str(), 0660);
+  acceptor.Start(server.get());
   server->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("collectived {} serving unix:{} (fd socket {}), backend {}, max message {} bytes, op timeout {} ms",
                COLLECTIVED_VERSION, cfg.socket_path, fd_server.path(), cd::BackendName(cfg.backend),
@@ -299,6 +331,7 @@ int main(int argc, char** argv) {
   }
   spdlog::info("shutting down ({} sessions left)", registry.session_count());
   registry.CancelPendingJoins("collectived is shutting down");  // no reactor may stay unfinished
+  acceptor.Stop();  // no new connections while the open ones finish
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   fd_server.Stop();
   unlink(cfg.socket_path.c_str());

@@ -12,7 +12,7 @@
 
 namespace collectived::daemon {
 
-Registry::Registry(const DaemonConfig& config) : config_(config) {}
+Registry::Registry(const DaemonConfig& config, AccessPolicy access) : config_(config), access_(access) {}
 
 Registry::~Registry() {
   std::vector<uint64_t> ids;

@@ -7,6 +7,8 @@
 #ifndef COLLECTIVED_DAEMON_REGISTRY_H_
 #define COLLECTIVED_DAEMON_REGISTRY_H_
 
+#include <unistd.h>
+
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -20,6 +22,7 @@
 #include "base/thread_annotations.h"
 #include "collectived/status.h"
 #include "collectived/types.h"
+#include "daemon/access.h"
 #include "daemon/daemon_config.h"
 #include "daemon/stats.h"
 #include "ipc/shm_window.h"
@@ -104,13 +107,22 @@ struct Comm;
 // runs callbacks (`done`) after letting go of it.
 class Registry {
  public:
-  explicit Registry(const DaemonConfig& config);
+  // `access` decides who may share a communicator (a key formed by one uid).
+  explicit Registry(const DaemonConfig& config, AccessPolicy access = AccessPolicy(geteuid()));
   ~Registry();
 
-  Status Attach(const std::string& name, uint32_t pid, uint64_t* session_id, uint64_t* token) COLLECTIVED_EXCLUDES(mu_);
+  // The session belongs to `owner`, the credentials of the attaching connection.
+  Status Attach(const std::string& name, uint32_t pid, const ipc::PeerCredentials& owner, uint64_t* session_id,
+                uint64_t* token) COLLECTIVED_EXCLUDES(mu_);
+  // May a call from `caller` presenting `token` act for `session_id`?
+  // NOT_FOUND for no such session, PERMISSION_DENIED for another uid's or a
+  // wrong token.
+  Status Authorize(uint64_t session_id, uint64_t token, const ipc::PeerCredentials& caller)
+      COLLECTIVED_EXCLUDES(mu_);
   Status Detach(uint64_t session_id) COLLECTIVED_EXCLUDES(mu_);
   // The fd-socket connection of a session: its lease.
-  Status BindConnection(uint64_t session_id, uint64_t token) COLLECTIVED_EXCLUDES(mu_);
+  // `uid`: the connecting process's (SO_PEERCRED); only the session's owner may bind it.
+  Status BindConnection(uint64_t session_id, uint64_t token, uint32_t uid) COLLECTIVED_EXCLUDES(mu_);
   void ConnectionClosed(uint64_t session_id) COLLECTIVED_EXCLUDES(mu_);
   // The fd of a window (a buffer's, a communicator's segment, or a GPU
   // communicator's device memory) for a session allowed to map it.
@@ -158,6 +170,7 @@ class Registry {
   bool draining() const { return draining_.load(); }
   size_t session_count() COLLECTIVED_EXCLUDES(mu_);
   const DaemonConfig& config() const { return config_; }
+  const AccessPolicy& access() const { return access_; }
 
  private:
   using Deferred = std::vector<std::function<void()>>;  // run after mu_ is released
@@ -180,7 +193,10 @@ class Registry {
   // buffers (buffers and deposited fds count alike: each is a descriptor).
   Status CheckBufferCapsLocked(const Session& session) COLLECTIVED_REQUIRES(mu_);
 
-  // join.cc. RESOURCE_EXHAUSTED naming the cap when `session` may not join one more.
+  // join.cc. PERMISSION_DENIED when `key` is taken (forming, or refused) by
+  // a uid that `joiner` may not share a communicator with.
+  Status CheckKeyOwnerLocked(const std::string& key, const ipc::PeerCredentials& joiner) COLLECTIVED_REQUIRES(mu_);
+  // RESOURCE_EXHAUSTED naming the cap when `session` may not join one more.
   Status CheckJoinCapsLocked(const Session& session) COLLECTIVED_REQUIRES(mu_);
   // Join's work; on success takes *done (answered later through `after`).
   Status JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* after) COLLECTIVED_REQUIRES(mu_);
@@ -212,6 +228,7 @@ class Registry {
                                       Deferred* after) COLLECTIVED_REQUIRES(mu_);
 
   const DaemonConfig config_;
+  const AccessPolicy access_;
   std::atomic<bool> draining_{false};
   // The one lock of the control plane. It guards the maps below and, since
   // they are reached only through these maps, every Session and Comm record
@@ -227,6 +244,7 @@ class Registry {
   // the key is free again).
   struct Refusal {
     std::string why;
+    ipc::PeerCredentials owner;  // of the member that refused
     int64_t until_ns = 0;
     uint32_t world_size = 0;
     std::set<uint32_t> told;

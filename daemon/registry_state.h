@@ -21,6 +21,7 @@
 #include "daemon/registry.h"
 #include "daemon/stats.h"
 #include "ipc/shm_window.h"
+#include "ipc/unix_peer.h"
 #include "executor/host_executor.h"
 #include "ring/segment_layout.h"
 
@@ -56,6 +57,7 @@ struct Session {
   uint64_t token = 0;
   std::string name;
   uint32_t pid = 0;
+  ipc::PeerCredentials owner;  // of the gRPC connection that attached it: every call must come from this uid
   bool bound = false;  // its fd-socket connection is open
   int64_t attached_ns = 0;
   std::map<uint64_t, BufferRecord> buffers;
@@ -72,6 +74,7 @@ class CommResolver;  // join.cc: resolves buffers for a daemon-executed communic
 struct Comm {
   uint64_t id = 0;
   std::string key;
+  ipc::PeerCredentials owner;  // its first member's: later members must share with it (AccessPolicy)
   uint32_t world_size = 0;
   ExecutionMode mode = ExecutionMode::kClient;
   uint32_t op_timeout_ms = 0;

@@ -20,6 +20,16 @@ namespace {
 constexpr uint32_t kPid = 4321;
 constexpr uint64_t kBudget = 1 << 20;
 
+// A session's owner as the acceptor reads it (SO_PEERCRED): uid 1000 in group 100.
+ipc::PeerCredentials Owner(uint32_t uid = 1000, std::vector<uint32_t> groups = {}) {
+  ipc::PeerCredentials c;
+  c.uid = uid;
+  c.gid = 100;
+  c.pid = static_cast<int32_t>(kPid);
+  c.groups = std::move(groups);
+  return c;
+}
+
 DaemonConfig TestConfig() {
   DaemonConfig c;
   c.backend = Backend::kHost;
@@ -65,7 +75,7 @@ class RegistryTest : public ::testing::Test {
  protected:
   uint64_t Attach(const std::string& name = "test") {
     uint64_t id = 0, token = 0;
-    EXPECT_TRUE(reg_.Attach(name, kPid, &id, &token).ok());
+    EXPECT_TRUE(reg_.Attach(name, kPid, Owner(), &id, &token).ok());
     return id;
   }
 
@@ -258,7 +268,7 @@ TEST_F(RegistryTest, DrainingRefusesNewWorkUnavailable) {
   const uint64_t s0 = Attach();
   reg_.SetDraining();
   uint64_t id = 0, token = 0;
-  EXPECT_EQ(reg_.Attach("late", kPid, &id, &token).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(reg_.Attach("late", kPid, Owner(), &id, &token).code(), StatusCode::kUnavailable);
   BufferInfo info{};
   EXPECT_EQ(reg_.AllocBuffer(s0, 64, &info).code(), StatusCode::kUnavailable);
   AnswerPtr a = Join(Req(s0, "d", 1, 0));
@@ -484,13 +494,89 @@ TEST_F(RegistryTest, SubmitRunsDaemonExecutedOpsAndQueryOpReportsThem) {
   EXPECT_TRUE(Contains(s.message(), "Submit needs a daemon-executed communicator")) << s.ToString();
 }
 
-TEST_F(RegistryTest, BindConnectionChecksTheToken) {
+TEST_F(RegistryTest, BindConnectionChecksTheTokenAndTheUid) {
   uint64_t id = 0, token = 0;
-  ASSERT_TRUE(reg_.Attach("bind", kPid, &id, &token).ok());
-  EXPECT_EQ(reg_.BindConnection(id, token + 1).code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(reg_.BindConnection(id + 1000, token).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(reg_.BindConnection(id, token).ok());
-  EXPECT_EQ(reg_.BindConnection(id, token).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(reg_.Attach("bind", kPid, Owner(), &id, &token).ok());
+  EXPECT_EQ(reg_.BindConnection(id, token + 1, 1000).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg_.BindConnection(id + 1000, token, 1000).code(), StatusCode::kNotFound);
+  EXPECT_EQ(reg_.BindConnection(id, token, 1001).code(), StatusCode::kPermissionDenied);  // the right token, another uid
+  EXPECT_TRUE(reg_.BindConnection(id, token, 1000).ok());
+  EXPECT_EQ(reg_.BindConnection(id, token, 1000).code(), StatusCode::kAlreadyExists);
+}
+
+// A call acts for a session only from its owner's uid with its token.
+TEST_F(RegistryTest, AuthorizeNeedsTheOwnersUidAndToken) {
+  uint64_t id = 0, token = 0;
+  ASSERT_TRUE(reg_.Attach("auth", kPid, Owner(1000), &id, &token).ok());
+  EXPECT_NE(token, 0u);
+  EXPECT_TRUE(reg_.Authorize(id, token, Owner(1000)).ok());
+  Status s = reg_.Authorize(id, token, Owner(1001));
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Contains(s.message(), "belongs to uid 1000; this call comes from uid 1001")) << s.ToString();
+  s = reg_.Authorize(id, token ^ 1, Owner(1000));
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Contains(s.message(), "session token")) << s.ToString();
+  EXPECT_EQ(reg_.Authorize(id, 0, Owner(1000)).code(), StatusCode::kPermissionDenied);  // no token sent
+  EXPECT_EQ(reg_.Authorize(id + 1000, token, Owner(1000)).code(), StatusCode::kNotFound);
+  // Two sessions never share a token.
+  uint64_t id2 = 0, token2 = 0;
+  ASSERT_TRUE(reg_.Attach("auth2", kPid, Owner(1000), &id2, &token2).ok());
+  EXPECT_NE(token, token2);
+  EXPECT_EQ(reg_.Authorize(id2, token, Owner(1000)).code(), StatusCode::kPermissionDenied);
+}
+
+// A key formed by one uid is refused to another, whose attempt leaves the
+// forming communicator untouched; a shared group that holds both lets it in.
+TEST(RegistryAccessTest, AKeyOfOneUidIsRefusedToAnotherUnlessASharedGroupHoldsBoth) {
+  for (const bool shared : {false, true}) {
+    AccessPolicy access(0);
+    ASSERT_TRUE(AccessPolicy::Resolve(0, "", shared ? "0" : "", &access).ok());
+    Registry reg(TestConfig(), access);
+    uint64_t a = 0, b = 0, token = 0;
+    ASSERT_TRUE(reg.Attach("a", kPid, Owner(1000, {0}), &a, &token).ok());
+    ASSERT_TRUE(reg.Attach("b", kPid, Owner(2000, {0}), &b, &token).ok());
+    auto first = std::make_shared<Answer>(), second = std::make_shared<Answer>();
+    reg.Join(Req(a, "job", 2, 0), Into(first));
+    EXPECT_EQ(first->calls, 0);  // waiting for rank 1
+    reg.Join(Req(b, "job", 2, 1), Into(second));
+    if (shared) {
+      EXPECT_TRUE(second->status.ok()) << second->status.ToString();
+      EXPECT_TRUE(first->status.ok()) << first->status.ToString();
+      continue;
+    }
+    ASSERT_EQ(second->calls, 1);
+    EXPECT_EQ(second->status.code(), StatusCode::kPermissionDenied);
+    EXPECT_TRUE(Contains(second->status.message(), "uid 1000; uid 2000 may not join")) << second->status.ToString();
+    // A refusal (cannot_join) from the other uid is refused too, and fails nobody.
+    JoinRequest refuse = Req(b, "job", 2, 1);
+    refuse.cannot_join = "spoiling";
+    auto third = std::make_shared<Answer>();
+    reg.Join(refuse, Into(third));
+    EXPECT_EQ(third->status.code(), StatusCode::kPermissionDenied);
+    EXPECT_EQ(first->calls, 0) << first->status.ToString();
+    // The owner's own second rank still forms it.
+    uint64_t a2 = 0;
+    ASSERT_TRUE(reg.Attach("a2", kPid, Owner(1000), &a2, &token).ok());
+    auto fourth = std::make_shared<Answer>();
+    reg.Join(Req(a2, "job", 2, 1), Into(fourth));
+    EXPECT_TRUE(fourth->status.ok()) << fourth->status.ToString();
+    EXPECT_TRUE(first->status.ok()) << first->status.ToString();
+  }
+}
+
+TEST(AccessPolicyTest, AdminsAndGroups) {
+  AccessPolicy p(0);
+  EXPECT_EQ(AccessPolicy::Resolve(0, "no-such-group-here", "", &p).message(),
+            "--admin-group names group 'no-such-group-here', which does not exist");
+  EXPECT_EQ(AccessPolicy::Resolve(0, "", "no-such-group-here", &p).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(AccessPolicy::Resolve(/*daemon_uid=*/500, "0", "", &p).ok());
+  EXPECT_TRUE(p.IsAdmin(Owner(0)));         // root
+  EXPECT_TRUE(p.IsAdmin(Owner(500)));       // the daemon's own uid
+  EXPECT_FALSE(p.IsAdmin(Owner(1000)));
+  EXPECT_TRUE(p.IsAdmin(Owner(1000, {0})));  // in the admin group
+  EXPECT_TRUE(p.MaySee(Owner(1000), 1000));
+  EXPECT_FALSE(p.MaySee(Owner(1000), 2000));
+  EXPECT_FALSE(p.MayShare(Owner(1000, {0}), Owner(2000, {0})));  // no shared group configured
 }
 
 bool FdOpen(int fd) { return fcntl(fd, F_GETFD) != -1; }
@@ -545,7 +631,7 @@ class RegistryCapsTest : public ::testing::Test {
   void Start(const DaemonConfig& c) { reg_ = std::make_unique<Registry>(c); }
   uint64_t Attach() {
     uint64_t id = 0, token = 0;
-    EXPECT_TRUE(reg_->Attach("caps", kPid, &id, &token).ok());
+    EXPECT_TRUE(reg_->Attach("caps", kPid, Owner(), &id, &token).ok());
     return id;
   }
   AnswerPtr Join(uint64_t session, const std::string& key, uint32_t world, uint32_t rank) {
@@ -567,9 +653,9 @@ TEST_F(RegistryCapsTest, Sessions) {
   const uint64_t s0 = Attach();
   Attach();
   uint64_t id = 0, token = 0;
-  ExpectCap(reg_->Attach("third", kPid, &id, &token), "--max-sessions (2) reached");
+  ExpectCap(reg_->Attach("third", kPid, Owner(), &id, &token), "--max-sessions (2) reached");
   ASSERT_TRUE(reg_->Detach(s0).ok());
-  EXPECT_TRUE(reg_->Attach("third", kPid, &id, &token).ok());
+  EXPECT_TRUE(reg_->Attach("third", kPid, Owner(), &id, &token).ok());
 }
 
 TEST_F(RegistryCapsTest, BuffersPerSessionAndInTotalWithDepositsCounted) {

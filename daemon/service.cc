@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 
 #include "collectived/api_version.h"
 #include "daemon/stats.h"
@@ -78,6 +79,8 @@ Status ValidateJoinRequest(const v1::CreateCommunicatorRequest& r) {
 void ToProto(const CommStats& in, v1::CommunicatorStats* out) {
   out->set_comm_id(in.comm_id);
   out->set_key(in.key);
+  out->set_owner_uid(in.owner_uid);
+  out->set_key_hidden(in.key_hidden);
   out->set_world_size(in.world_size);
   out->set_mode(static_cast<v1::ExecutionMode>(in.mode));
   out->set_posted(in.posted);
@@ -110,9 +113,12 @@ void ToProto(const RegistryStats& in, v1::GetStatsResponse* out) {
 
 }  // namespace
 
-CollectiveServiceImpl::CollectiveServiceImpl(Registry* registry, std::string fd_socket_path,
+CollectiveServiceImpl::CollectiveServiceImpl(Registry* registry, std::string fd_socket_path, PeerLookup who,
                                              std::function<void()> on_drain)
-    : registry_(registry), fd_socket_path_(std::move(fd_socket_path)), on_drain_(std::move(on_drain)) {
+    : registry_(registry),
+      fd_socket_path_(std::move(fd_socket_path)),
+      who_(std::move(who)),
+      on_drain_(std::move(on_drain)) {
   waiter_ = std::thread([this] { WaiterLoop(); });
 }
 
@@ -123,6 +129,27 @@ CollectiveServiceImpl::~CollectiveServiceImpl() {
   }
   wait_cv_.notify_all();
   waiter_.join();
+}
+
+Status CollectiveServiceImpl::Caller(grpc::CallbackServerContext* ctx, ipc::PeerCredentials* out) const {
+  if (!who_(ctx->peer(), out)) {
+    return Status::PermissionDenied("the caller's credentials are unknown (connection " + ctx->peer() + ")");
+  }
+  return Status::Ok();
+}
+
+Status CollectiveServiceImpl::Authorize(grpc::CallbackServerContext* ctx, uint64_t session_id) const {
+  ipc::PeerCredentials caller;
+  COLLECTIVED_RETURN_IF_ERROR(Caller(ctx, &caller));
+  uint64_t token = 0;  // 0 is never a session's token: a missing one fails below
+  auto it = ctx->client_metadata().find(kSessionTokenMetadata);
+  if (it != ctx->client_metadata().end()) {
+    const std::string text(it->second.data(), it->second.size());
+    char* end = nullptr;
+    token = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0') token = 0;
+  }
+  return registry_->Authorize(session_id, token, caller);
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::GetVersion(grpc::CallbackServerContext* ctx,
@@ -161,8 +188,10 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Attach(grpc::CallbackServerCont
   }
   // pid 0 names no process (the kernel's scheduler); the session is tied to a live one.
   if (Status v = validate::Range("pid", req->pid(), 1, INT32_MAX); !v.ok()) return Done(ctx, v);
+  ipc::PeerCredentials caller;
+  if (Status c = Caller(ctx, &caller); !c.ok()) return Done(ctx, c);
   uint64_t session = 0, token = 0;
-  Status s = registry_->Attach(req->client_name(), req->pid(), &session, &token);
+  Status s = registry_->Attach(req->client_name(), req->pid(), caller, &session, &token);
   if (s.ok()) {
     resp->set_session_id(session);
     resp->set_session_token(token);
@@ -173,12 +202,14 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Attach(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Detach(grpc::CallbackServerContext* ctx,
                                                         const v1::DetachRequest* req, v1::DetachResponse*) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   return Done(ctx, registry_->Detach(req->session_id()));
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::AllocBuffer(grpc::CallbackServerContext* ctx,
                                                              const v1::AllocBufferRequest* req,
                                                              v1::AllocBufferResponse* resp) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   if (req->bytes() == 0) return Done(ctx, Status::InvalidArgument("bytes is 0: a buffer holds at least one byte"));
   BufferInfo info{};
   Status s = registry_->AllocBuffer(req->session_id(), req->bytes(), &info);
@@ -195,12 +226,14 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::AllocBuffer(grpc::CallbackServe
 grpc::ServerUnaryReactor* CollectiveServiceImpl::FreeBuffer(grpc::CallbackServerContext* ctx,
                                                             const v1::FreeBufferRequest* req,
                                                             v1::FreeBufferResponse*) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   return Done(ctx, registry_->FreeBuffer(req->session_id(), req->buffer_id()));
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::CallbackServerContext* ctx,
                                                                     const v1::CreateCommunicatorRequest* req,
                                                                     v1::CreateCommunicatorResponse* resp) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   if (Status v = ValidateJoinRequest(*req); !v.ok()) return Done(ctx, v);
   auto* reactor = ctx->DefaultReactor();
   JoinRequest j;
@@ -244,12 +277,14 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
 grpc::ServerUnaryReactor* CollectiveServiceImpl::DestroyCommunicator(grpc::CallbackServerContext* ctx,
                                                                      const v1::DestroyCommunicatorRequest* req,
                                                                      v1::DestroyCommunicatorResponse*) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   return Done(ctx, registry_->DestroyCommunicator(req->session_id(), req->comm_id(), req->rank()));
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterPlan(grpc::CallbackServerContext* ctx,
                                                               const v1::RegisterPlanRequest* req,
                                                               v1::RegisterPlanResponse* resp) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   // A plan runs on the heap or a registered buffer, which may exceed the
   // message limit but never the daemon's whole buffer budget.
   const DaemonConfig& cfg = registry_->config();
@@ -265,6 +300,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterPlan(grpc::CallbackServ
 grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterGpuBuffer(grpc::CallbackServerContext* ctx,
                                                                    const v1::RegisterGpuBufferRequest* req,
                                                                    v1::RegisterGpuBufferResponse* resp) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   auto* reactor = ctx->DefaultReactor();
   GpuRegisterRequest r;
   r.session_id = req->session_id();
@@ -294,12 +330,14 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::RegisterGpuBuffer(grpc::Callbac
 grpc::ServerUnaryReactor* CollectiveServiceImpl::DeregisterGpuBuffer(grpc::CallbackServerContext* ctx,
                                                                      const v1::DeregisterGpuBufferRequest* req,
                                                                      v1::DeregisterGpuBufferResponse*) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   return Done(ctx,
               registry_->DeregisterGpuBuffer(req->session_id(), req->comm_id(), req->rank(), req->buffer_id()));
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Submit(grpc::CallbackServerContext* ctx,
                                                         const v1::SubmitRequest* req, v1::SubmitResponse* resp) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   if (Status v = ValidateOp(req->op(), registry_->config().max_message_bytes, true); !v.ok()) return Done(ctx, v);
   uint64_t index = 0;
   Status s = registry_->Submit(req->session_id(), req->comm_id(), req->rank(), FromProto(req->op()), &index);
@@ -327,6 +365,7 @@ bool CollectiveServiceImpl::PollWait(const PendingWait& w, bool expired) {
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::WaitOp(grpc::CallbackServerContext* ctx,
                                                         const v1::WaitOpRequest* req, v1::WaitOpResponse* resp) {
+  if (Status a = Authorize(ctx, req->session_id()); !a.ok()) return Done(ctx, a);
   if (Status v = validate::Range("timeout_ms", req->timeout_ms(), 0, validate::kMaxTimeoutMs); !v.ok()) {
     return Done(ctx, v);
   }
@@ -361,13 +400,32 @@ void CollectiveServiceImpl::WaiterLoop() {
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::GetStats(grpc::CallbackServerContext* ctx,
                                                           const v1::GetStatsRequest*, v1::GetStatsResponse* resp) {
-  ToProto(registry_->Stats(), resp);
+  ipc::PeerCredentials viewer;
+  if (Status c = Caller(ctx, &viewer); !c.ok()) return Done(ctx, c);
+  RegistryStats stats = registry_->Stats();
+  // Keys name jobs: another uid's stay hidden unless the viewer administers.
+  for (auto* list : {&stats.communicators, &stats.recently_closed}) {
+    for (CommStats& c : *list) {
+      if (registry_->access().MaySee(viewer, c.owner_uid)) continue;
+      c.key.clear();
+      c.abort_reason.clear();
+      c.key_hidden = true;
+    }
+  }
+  ToProto(stats, resp);
   return Done(ctx, Status::Ok());
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest*,
                                                        v1::DrainResponse*) {
-  spdlog::warn("drain requested: refusing new sessions, buffers, communicators and submits");
+  ipc::PeerCredentials caller;
+  if (Status c = Caller(ctx, &caller); !c.ok()) return Done(ctx, c);
+  if (!registry_->access().IsAdmin(caller)) {
+    return Done(ctx, Status::PermissionDenied("Drain needs root, the daemon's uid or --admin-group; uid " +
+                                              std::to_string(caller.uid) + " is none of them"));
+  }
+  spdlog::warn("drain requested by uid {} pid {}: refusing new sessions, buffers, communicators and submits",
+               caller.uid, caller.pid);
   registry_->SetDraining();
   if (on_drain_) on_drain_();
   return Done(ctx, Status::Ok());

@@ -18,7 +18,11 @@ namespace collectived::daemon {
 
 class CollectiveServiceImpl final : public v1::CollectiveService::CallbackService {
  public:
-  CollectiveServiceImpl(Registry* registry, std::string fd_socket_path, std::function<void()> on_drain);
+  // `who`: the credentials of the connection a call came on, by the call's
+  // peer() (GrpcAcceptor::Lookup); false when unknown (the call is refused).
+  using PeerLookup = std::function<bool(const std::string& peer, ipc::PeerCredentials* out)>;
+  CollectiveServiceImpl(Registry* registry, std::string fd_socket_path, PeerLookup who,
+                        std::function<void()> on_drain);
   ~CollectiveServiceImpl() override;
 
   grpc::ServerUnaryReactor* GetVersion(grpc::CallbackServerContext* ctx, const v1::GetVersionRequest* req,
@@ -62,12 +66,17 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
     grpc::ServerUnaryReactor* reactor;
     v1::WaitOpResponse* resp;
   };
+  // The caller's credentials; PERMISSION_DENIED when its connection is unknown.
+  Status Caller(grpc::CallbackServerContext* ctx, ipc::PeerCredentials* out) const;
+  // May this call act for `session_id`: its uid and token (Registry::Authorize).
+  Status Authorize(grpc::CallbackServerContext* ctx, uint64_t session_id) const;
   void WaiterLoop();
   // True when the op's state is final (done, or an error to report).
   bool PollWait(const PendingWait& w, bool expired);
 
   Registry* registry_;
   std::string fd_socket_path_;
+  PeerLookup who_;
   std::function<void()> on_drain_;
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;

@@ -15,6 +15,7 @@ CommStats CommStatsOf(const Comm& c) {
   CommStats cs;
   cs.comm_id = c.id;
   cs.key = c.key;
+  cs.owner_uid = c.owner.uid;
   cs.world_size = c.world_size;
   cs.mode = c.mode;
   const ring::CommHeader& h = c.seg.header();

@@ -23,6 +23,8 @@ struct RankStats {
 struct CommStats {
   uint64_t comm_id = 0;
   std::string key;
+  uint32_t owner_uid = 0;  // of its first member
+  bool key_hidden = false;  // set by the service for a viewer who may not see the key
   uint32_t world_size = 0;
   ExecutionMode mode = ExecutionMode::kDefault;
   uint64_t posted = 0;     // ops posted by at least one rank

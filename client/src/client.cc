@@ -61,6 +61,7 @@ Status Client::CreateCommunicator(const CommunicatorOptions& options, std::uniqu
   return impl_->CreateCommunicator(options, out);
 }
 uint64_t Client::session_id() const { return impl_->session_id(); }
+uint64_t Client::session_token() const { return impl_->session_token(); }
 
 // ---- ClientImpl ------------------------------------------------------------
 
@@ -68,6 +69,7 @@ std::unique_ptr<grpc::ClientContext> ClientImpl::NewContext(int timeout_ms) cons
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(timeout_ms < 0 ? options_.rpc_timeout_ms : timeout_ms));
+  if (session_token_ != 0) ctx->AddMetadata(kSessionTokenMetadata, std::to_string(session_token_));
   return ctx;
 }
 
@@ -91,6 +93,7 @@ Status ClientImpl::Connect() {
   auto ctx = NewContext();
   COLLECTIVED_RETURN_IF_ERROR(FromGrpcStatus(stub_->Attach(ctx.get(), req, &resp)));
   session_id_ = resp.session_id();
+  session_token_ = resp.session_token();
 
   // The fd socket: carries window fds and is the session's lease.
   COLLECTIVED_RETURN_IF_ERROR(ipc::ConnectUnix(resp.fd_socket_path(), &fd_sock_));

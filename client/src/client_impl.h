@@ -56,6 +56,7 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   Status CheckSpan(const BufferSpan& span, uint64_t bytes, const char* what, uint64_t* buffer_id) const;
 
   uint64_t session_id() const { return session_id_; }
+  uint64_t session_token() const { return session_token_; }
   const ClientOptions& options() const { return options_; }
 
  private:
@@ -78,6 +79,7 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::CollectiveService::Stub> stub_;
   uint64_t session_id_ = 0;
+  uint64_t session_token_ = 0;  // sent with every call (kSessionTokenMetadata)
   uint32_t daemon_api_minor_ = 0;  // from Connect: which requests the daemon understands
   int fd_sock_ = -1;
   std::mutex fd_mu_;

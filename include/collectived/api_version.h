@@ -8,7 +8,14 @@
 namespace collectived {
 
 constexpr uint32_t kApiMajor = 1;
-constexpr uint32_t kApiMinor = 3;  // 1.1: GPU communicators; 1.2: cannot_join; 1.3: registered GPU buffers
+// 1.1: GPU communicators; 1.2: cannot_join; 1.3: registered GPU buffers;
+// 1.4: every call naming a session carries its token (kSessionTokenMetadata).
+constexpr uint32_t kApiMinor = 4;
+
+// gRPC metadata key of the session token (AttachResponse.session_token, in
+// decimal) on every call that names a session: the daemon refuses a call
+// without it with PERMISSION_DENIED.
+constexpr char kSessionTokenMetadata[] = "collectived-session-token";
 
 }  // namespace collectived
 

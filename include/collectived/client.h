@@ -228,6 +228,9 @@ class Client {
   // Blocks until every member joined (or join_timeout_ms passed).
   Status CreateCommunicator(const CommunicatorOptions& options, std::unique_ptr<Communicator>* out);
   uint64_t session_id() const;
+  // The session's secret: a gRPC call of one's own that names this session
+  // must carry it as kSessionTokenMetadata (api_version.h). Keep it private.
+  uint64_t session_token() const;
 
  private:
   explicit Client(std::shared_ptr<ClientImpl> impl);

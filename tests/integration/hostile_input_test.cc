@@ -21,9 +21,10 @@ namespace {
 using testing::Daemon;
 using Stub = v1::CollectiveService::Stub;
 
-std::unique_ptr<grpc::ClientContext> Ctx() {
+std::unique_ptr<grpc::ClientContext> Ctx(uint64_t token = 0) {
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (token != 0) c->AddMetadata(kSessionTokenMetadata, std::to_string(token));
   return c;
 }
 
@@ -31,6 +32,7 @@ std::unique_ptr<grpc::ClientContext> Ctx() {
 // (daemon-executed, so Submit serves it) and a buffer of 4 KiB.
 struct Valid {
   uint64_t session = 0;
+  uint64_t token = 0;  // the session's, sent as kSessionTokenMetadata
   uint64_t comm = 0;
   uint64_t buffer = 0;
 };
@@ -41,6 +43,7 @@ struct Case {
   grpc::StatusCode code;
   std::string names;  // the message must contain this (the field)
   std::function<grpc::Status(Stub&, const Valid&)> call;
+  bool without_token = false;  // sent with no session token (else the session's)
 };
 
 template <typename Req, typename Resp>
@@ -55,7 +58,7 @@ Case Make(std::string rpc, std::string what, grpc::StatusCode code, std::string 
                 Req req = make(v);
                 bad(&req);
                 Resp resp;
-                auto ctx = Ctx();
+                auto ctx = Ctx(v.token);
                 return (stub.*method)(ctx.get(), req, &resp);
               }};
 }
@@ -287,6 +290,34 @@ std::vector<Case> Cases() {
         return r;
       },
       [](auto* r) { r->set_buffer_id(5555); }));
+  // Every RPC that names a session, valid in every field but sent without
+  // the session's token: refused before anything is looked at.
+  const size_t valid_cases = t.size();
+  auto no_token = [&](auto add) {
+    add();
+    t.back().what = "no session token";
+    t.back().code = C::PERMISSION_DENIED;
+    t.back().names = "session token";
+    t.back().without_token = true;
+  };
+  auto none = [](auto*) {};
+  no_token([&] { alloc("", C::OK, "", none); });
+  no_token([&] { free_buffer("", C::OK, "", none); });
+  no_token([&] { join("", C::OK, "", none); });
+  no_token([&] { destroy("", C::OK, "", none); });
+  no_token([&] { submit("", C::OK, "", none); });
+  no_token([&] { plan("", C::OK, "", none); });
+  no_token([&] { wait("", C::OK, "", none); });
+  t.push_back(Make<v1::DetachRequest, v1::DetachResponse>(
+      "Detach", "no session token", C::PERMISSION_DENIED, "session token", &Stub::Detach,
+      [](const Valid& v) {
+        v1::DetachRequest r;
+        r.set_session_id(v.session);
+        return r;
+      },
+      none));
+  t.back().without_token = true;
+  EXPECT_EQ(t.size(), valid_cases + 8);
   return t;
 }
 
@@ -333,10 +364,12 @@ TEST_F(HostileInputTest, EveryFieldOfEveryRpcGetsItsCodeAndNamesTheField) {
   ASSERT_TRUE(c->CreateCommunicator(o, &comm).ok());
   Buffer b;
   ASSERT_TRUE(c->AllocBuffer(4096, &b).ok());
-  const Valid v{c->session_id(), comm->id(), b.id()};
+  const Valid v{c->session_id(), c->session_token(), comm->id(), b.id()};
+  Valid no_token = v;
+  no_token.token = 0;
   const std::vector<Case> cases = Cases();
   for (const Case& k : cases) {
-    grpc::Status s = k.call(*stub_, v);
+    grpc::Status s = k.call(*stub_, k.without_token ? no_token : v);
     EXPECT_EQ(s.error_code(), k.code) << k.rpc << " with " << k.what << ": " << s.error_message();
     EXPECT_NE(s.error_message().find(k.names), std::string::npos)
         << k.rpc << " with " << k.what << ": message '" << s.error_message() << "' does not name '" << k.names

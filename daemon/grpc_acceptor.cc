@@ -1,0 +1,149 @@
+#include "daemon/grpc_acceptor.h"
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_posix.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "ipc/fd_channel.h"
+#include "ring/wait.h"
+
+namespace collectived::daemon {
+namespace {
+
+constexpr int kPollMs = 100;                     // also how soon Stop() is noticed
+constexpr int64_t kAcceptPauseNs = 100'000'000;  // out of fds: retry accepting after this
+constexpr int64_t kLogEveryNs = 5'000'000'000;
+
+}  // namespace
+
+GrpcAcceptor::GrpcAcceptor(std::string path, uint32_t max_connections)
+    : path_(std::move(path)), max_connections_(max_connections) {}
+
+GrpcAcceptor::~GrpcAcceptor() { Stop(); }
+
+Status GrpcAcceptor::Listen() {
+  COLLECTIVED_RETURN_IF_ERROR(ipc::ListenUnix(path_, &listen_fd_));
+  chmod(path_.c_str(), 0660);
+  fcntl(listen_fd_, F_SETFL, fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+  return Status::Ok();
+}
+
+void GrpcAcceptor::Start(grpc::Server* server) {
+  server_ = server;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void GrpcAcceptor::Stop() {
+  if (stop_.exchange(true)) return;
+  if (thread_.joinable()) thread_.join();
+  for (const Watch& w : watches_) close(w.dup_fd);
+  watches_.clear();
+  if (listen_fd_ >= 0) close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+bool GrpcAcceptor::Lookup(const std::string& peer, ipc::PeerCredentials* out) const {
+  if (peer.rfind("fd:", 0) != 0) return false;
+  char* end = nullptr;
+  const long fd = std::strtol(peer.c_str() + 3, &end, 10);
+  if (end == peer.c_str() + 3 || *end != '\0') return false;
+  MutexLock lock(&mu_);
+  auto it = by_fd_.find(static_cast<int>(fd));
+  if (it == by_fd_.end()) return false;
+  *out = it->second.peer;
+  return true;
+}
+
+size_t GrpcAcceptor::connections() const {
+  MutexLock lock(&mu_);
+  return by_fd_.size();
+}
+
+void GrpcAcceptor::Loop() {
+  int64_t paused_until_ns = 0;
+  std::vector<pollfd> polled;
+  while (!stop_.load()) {
+    const bool accepting = ring::NowNs() >= paused_until_ns;
+    polled.assign(1, pollfd{listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    // No events asked: poll reports POLLHUP (and POLLERR) regardless, and
+    // never the data gRPC itself reads.
+    for (const Watch& w : watches_) polled.push_back(pollfd{w.dup_fd, 0, 0});
+    if (poll(polled.data(), polled.size(), kPollMs) < 0 && errno != EINTR) {
+      spdlog::error("gRPC socket: poll: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+      continue;
+    }
+    std::vector<Watch> kept;
+    kept.reserve(watches_.size());
+    for (size_t i = 0; i < watches_.size(); ++i) {
+      const Watch& w = watches_[i];
+      if ((polled[i + 1].revents & (POLLHUP | POLLERR | POLLNVAL)) == 0) {
+        kept.push_back(w);
+        continue;
+      }
+      close(w.dup_fd);
+      MutexLock lock(&mu_);
+      auto it = by_fd_.find(w.grpc_fd);
+      if (it != by_fd_.end() && it->second.serial == w.serial) by_fd_.erase(it);
+    }
+    watches_.swap(kept);
+    if (accepting && (polled[0].revents & POLLIN)) AcceptPending(ring::NowNs(), &paused_until_ns);
+  }
+}
+
+void GrpcAcceptor::AcceptPending(int64_t now_ns, int64_t* paused_until_ns) {
+  static int64_t last_cap_log_ns = 0, last_fd_log_ns = 0;
+  for (;;) {
+    int sock = -1;
+    Status s = ipc::AcceptPending(listen_fd_, &sock);
+    if (s.code() == StatusCode::kUnavailable) return;
+    int watch = -1;
+    if (s.ok()) {
+      watch = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+      if (watch < 0) {
+        close(sock);
+        s = Status::ResourceExhausted(std::string("cannot watch a connection: ") + std::strerror(errno));
+      }
+    }
+    if (!s.ok()) {
+      if (now_ns - last_fd_log_ns > kLogEveryNs) {
+        spdlog::warn("gRPC socket: {}; pausing accepts for {} ms", s.message(), kAcceptPauseNs / 1000000);
+        last_fd_log_ns = now_ns;
+      }
+      *paused_until_ns = now_ns + kAcceptPauseNs;
+      return;
+    }
+    if (watches_.size() >= max_connections_) {
+      if (now_ns - last_cap_log_ns > kLogEveryNs) {
+        spdlog::warn("gRPC socket: --max-grpc-connections ({}) reached; closing new connections",
+                     max_connections_);
+        last_cap_log_ns = now_ns;
+      }
+      close(watch);
+      close(sock);
+      continue;
+    }
+    Entry e;
+    e.serial = next_serial_++;
+    if (Status c = ipc::ReadPeerCredentials(sock, &e.peer); !c.ok()) {
+      spdlog::warn("gRPC socket: {}; the connection's calls will be refused", c.message());
+    }
+    {
+      MutexLock lock(&mu_);
+      by_fd_[sock] = e;  // before gRPC sees the connection: its first call finds it
+    }
+    watches_.push_back(Watch{watch, sock, e.serial});
+    grpc::AddInsecureChannelFromFd(server_, sock);  // gRPC owns sock now
+  }
+}
+
+}  // namespace collectived::daemon
