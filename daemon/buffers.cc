@@ -7,13 +7,25 @@
 
 namespace collectived::daemon {
 
+size_t Registry::HeldBySessionLocked(const Session& session) {
+  size_t held = session.buffers.size() + session.deposits.size();
+  for (const auto& [comm_id, rank] : session.memberships) {
+    auto cit = comms_.find(comm_id);
+    if (cit == comms_.end()) continue;
+    for (const auto& [id, g] : cit->second->registrations) {
+      held += rank < g.fds.size() && g.fds[rank] != nullptr && !g.released[rank];
+    }
+  }
+  return held;
+}
+
 Status Registry::CheckBufferCapsLocked(const Session& session) {
-  if (session.buffers.size() + session.deposits.size() >= config_.max_buffers_per_session) {
+  if (HeldBySessionLocked(session) >= config_.max_buffers_per_session) {
     return Status::ResourceExhausted("--max-buffers-per-session (" + std::to_string(config_.max_buffers_per_session) +
                                      ") reached");
   }
-  size_t held = 0;  // counted, not tracked: a few hundred sessions at most, and never out of step
-  for (const auto& [id, s] : sessions_) held += s->buffers.size() + s->deposits.size();
+  size_t held = 0;  // counted, not tracked: bounded by the caps, and never out of step
+  for (const auto& [id, s] : sessions_) held += HeldBySessionLocked(*s);
   if (held >= config_.max_buffers) {
     return Status::ResourceExhausted("--max-buffers (" + std::to_string(config_.max_buffers) + ") reached");
   }

@@ -1,5 +1,6 @@
 #include "daemon/fd_server.h"
 
+#include <pthread.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
@@ -52,6 +53,7 @@ void FdServer::Stop() {
 }
 
 void FdServer::Loop() {
+  pthread_setname_np(pthread_self(), "cd-fd-server");  // top -H, perf
   const DaemonConfig& cfg = registry_->config();
   const int64_t handshake_ns = static_cast<int64_t>(cfg.fd_handshake_timeout_ms) * 1000000;
   int64_t paused_until_ns = 0;

@@ -1,5 +1,6 @@
 #include "daemon/gpu_executor.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -82,6 +83,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
 }
 
 void GpuExecutor::Run() {
+  pthread_setname_np(pthread_self(), "cd-gpu-executor");
   (void)gpuSetDevice(memory_->window_ordinal(0));
   for (uint64_t index = 0; !stop_.load(); ++index) {
     Status s = RunOp(index);

@@ -1,5 +1,6 @@
 #include "daemon/grpc_acceptor.h"
 
+#include <pthread.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_posix.h>
 #include <poll.h>
@@ -69,6 +70,7 @@ size_t GrpcAcceptor::connections() const {
 }
 
 void GrpcAcceptor::Loop() {
+  pthread_setname_np(pthread_self(), "cd-grpc-accept");
   int64_t paused_until_ns = 0;
   std::vector<pollfd> polled;
   while (!stop_.load()) {

@@ -189,8 +189,11 @@ class Registry {
 
   // buffers.cc. True while a posted op not yet completed names the buffer.
   bool BufferInUseLocked(uint64_t session_id, uint64_t buffer_id) COLLECTIVED_REQUIRES(mu_);
+  // Descriptors `session` makes the daemon hold: its buffers, its deposited
+  // fds and its ranks' registered allocations not yet given back.
+  size_t HeldBySessionLocked(const Session& session) COLLECTIVED_REQUIRES(mu_);
   // RESOURCE_EXHAUSTED naming the cap when `session` may hold no more
-  // buffers (buffers and deposited fds count alike: each is a descriptor).
+  // buffers (buffers, deposits and registrations count alike: each is a descriptor).
   Status CheckBufferCapsLocked(const Session& session) COLLECTIVED_REQUIRES(mu_);
 
   // join.cc. PERMISSION_DENIED when `key` is taken (forming, or refused) by

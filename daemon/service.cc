@@ -1,5 +1,6 @@
 #include "daemon/service.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -370,7 +371,8 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::WaitOp(grpc::CallbackServerCont
     return Done(ctx, v);
   }
   auto* reactor = ctx->DefaultReactor();
-  PendingWait w{ring::NowNs() + static_cast<int64_t>(req->timeout_ms()) * 1000000, req->session_id(),
+  const int64_t now = ring::NowNs();
+  PendingWait w{now, now + static_cast<int64_t>(req->timeout_ms()) * 1000000, req->session_id(),
                 req->comm_id(), req->op_index(), req->rank(), reactor, resp};
   if (PollWait(w, req->timeout_ms() == 0)) return reactor;
   {
@@ -382,6 +384,12 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::WaitOp(grpc::CallbackServerCont
 }
 
 void CollectiveServiceImpl::WaiterLoop() {
+  pthread_setname_np(pthread_self(), "cd-wait-op");
+  // Polled (ops complete in client or daemon memory, with no event here),
+  // every eighth of the youngest wait's age: an op is seen done at most
+  // 12.5 % (and 20 ms) late, and a client blocked in a long WaitOp costs
+  // tens of wake-ups a second, not thousands.
+  constexpr int64_t kMinUs = 100, kMaxUs = 20000;
   std::unique_lock<std::mutex> lock(wait_mu_);
   while (!stop_) {
     if (waits_.empty()) {
@@ -392,7 +400,14 @@ void CollectiveServiceImpl::WaiterLoop() {
     for (auto it = waits_.begin(); it != waits_.end();) {
       it = PollWait(*it, now >= it->deadline_ns) ? waits_.erase(it) : std::next(it);
     }
-    wait_cv_.wait_for(lock, std::chrono::microseconds(200));
+    int64_t sleep_us = kMaxUs;
+    for (const PendingWait& w : waits_) {
+      sleep_us = std::min(sleep_us, std::max(kMinUs, (now - w.started_ns) / 8000));
+      // Never past a deadline: a wait's timeout is answered on time.
+      sleep_us = std::min(sleep_us, std::max<int64_t>(1, (w.deadline_ns - now) / 1000));
+    }
+    const size_t waiting = waits_.size();
+    wait_cv_.wait_for(lock, std::chrono::microseconds(sleep_us), [&] { return stop_ || waits_.size() > waiting; });
   }
   for (auto& w : waits_) w.reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon stopping"));
   waits_.clear();

@@ -60,6 +60,7 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
 
  private:
   struct PendingWait {
+    int64_t started_ns;
     int64_t deadline_ns;
     uint64_t session_id, comm_id, index;
     uint32_t rank;

@@ -1,5 +1,6 @@
 #include "executor/host_executor.h"
 
+#include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
@@ -280,10 +281,12 @@ void RankExecutor::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void RankExecutor::Stop() {
   stop_.store(true, std::memory_order_release);
+  seg_.WakeAll();  // the thread may sleep on any word of the segment
   if (thread_.joinable()) thread_.join();
 }
 
 void RankExecutor::Loop() {
+  pthread_setname_np(pthread_self(), "cd-executor");
   // Waiting for the next op is idle time, not an op wait: no deadline, only stop.
   const ring::WaitContext idle{nullptr, &stop_, 0};
   uint64_t index = seg_.control(rank_).completed.value.load(std::memory_order_acquire);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "ring/futex.h"
+
 namespace collectived::ring {
 namespace {
 
@@ -141,6 +143,19 @@ void CommSegment::Abort(StatusCode code, const char* reason) const {
   std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason);
   h.abort_code.store(static_cast<uint64_t>(code == StatusCode::kOk ? StatusCode::kAborted : code),
                      std::memory_order_release);
+  WakeAll();
+}
+
+void CommSegment::WakeAll() const {
+  // The words waiters sleep on (ring/wait.h callers): each rank's completion
+  // counter, phase flags and ring slots.
+  for (uint32_t r = 0; r < params_.world_size; ++r) {
+    RankControl& c = control(r);
+    FutexWake(c.completed.value);
+    FutexWake(c.next_index.value);
+    for (auto& flag : c.phase_flag) FutexWake(flag.value);
+    for (uint64_t i = 0; i < params_.ring_depth; ++i) FutexWake(slot(r, i).ready_seq);
+  }
 }
 
 uint64_t CommSegment::control_bytes() const { return layout_.status_offset; }

@@ -162,8 +162,11 @@ class CommSegment {
   // rings): what a GPU communicator registers with its CUDA contexts.
   uint64_t control_bytes() const;
 
-  // First abort wins; later calls keep the first reason.
+  // First abort wins; later calls keep the first reason. Wakes every waiter.
   void Abort(StatusCode code, const char* reason) const;
+  // Wakes every thread of every process sleeping on a word of this segment
+  // (after an abort, or an in-process stop request a waiter must see).
+  void WakeAll() const;
   bool aborted() const { return header().abort_code.load(std::memory_order_acquire) != 0; }
   Status AbortStatus() const;  // OK when not aborted
 

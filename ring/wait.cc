@@ -1,23 +1,16 @@
 #include "ring/wait.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include "ring/futex.h"
 
-#include <climits>
+#include <time.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 #include <string>
 
 namespace collectived::ring {
 namespace {
-
-// The futex word is the low half of the 64-bit flag (little endian): any
-// store to the flag changes it, since flags only grow by small steps.
-uint32_t* LowHalf(const std::atomic<uint64_t>& word) {
-  return reinterpret_cast<uint32_t*>(const_cast<std::atomic<uint64_t>*>(&word));
-}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,7 +47,11 @@ Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const Wai
     if ((word.load(std::memory_order_acquire) >> shift) >= target) return Status::Ok();
     CpuRelax();
   }
-  int64_t slice_ns = 20'000;  // grows to 2 ms: abort/stop are noticed within a slice
+  // Every writer of a word a waiter sleeps on wakes it (PublishWord), and so
+  // do an abort and a stop (CommSegment::WakeAll), so an idle waiter sleeps
+  // until woken: the slice, growing to kMaxSliceNs, is only a safety net for
+  // a word written without a wake.
+  int64_t slice_ns = 20'000;
   for (;;) {
     const uint64_t seen = word.load(std::memory_order_acquire);
     if ((seen >> shift) >= target) return Status::Ok();
@@ -68,14 +65,11 @@ Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const Wai
     }
     int64_t sleep_ns = slice_ns;
     if (ctx.deadline_ns != 0 && ctx.deadline_ns - now < sleep_ns) sleep_ns = ctx.deadline_ns - now;
-    timespec ts{static_cast<time_t>(sleep_ns / 1000000000LL), static_cast<long>(sleep_ns % 1000000000LL)};
-    syscall(SYS_futex, LowHalf(word), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
-    if (slice_ns < 2'000'000) slice_ns *= 2;
+    FutexWait(word, seen, sleep_ns);
+    if (slice_ns < kMaxSliceNs) slice_ns = std::min(slice_ns * 2, kMaxSliceNs);
   }
 }
 
-void WakeWaiters(const std::atomic<uint64_t>& word) {
-  syscall(SYS_futex, LowHalf(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
+void WakeWaiters(const std::atomic<uint64_t>& word) { FutexWake(word); }
 
 }  // namespace collectived::ring

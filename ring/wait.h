@@ -1,9 +1,9 @@
 // Bounded waits on 64-bit words in shared memory (docs/design.md, rule 5).
 //
-// A waiter spins briefly, then sleeps on a futex (shared, not private: the
-// word lives in memory mapped by several processes) in short slices so it
-// notices the abort word, a stop request and its deadline. Writers call
-// WakeWaiters after every store a waiter may be sleeping on.
+// A waiter spins briefly, then sleeps on a futex (ring/futex.h) until woken
+// or its deadline. Writers call WakeWaiters after every store a waiter may be
+// sleeping on; raising the abort word or a stop request wakes every word of
+// the segment (CommSegment::WakeAll), so idle waiters cost nothing.
 #ifndef COLLECTIVED_RING_WAIT_H_
 #define COLLECTIVED_RING_WAIT_H_
 
@@ -17,6 +17,14 @@ namespace collectived::ring {
 
 // CLOCK_MONOTONIC in nanoseconds.
 int64_t NowNs();
+
+// The longest a waiter sleeps without re-checking its word, the abort word
+// and its stop request, should nobody wake it (a member that scribbles on
+// the segment without waking). Slices double from 20 us, so such a write is
+// seen within about the time already waited, and at most this late. Each
+// idle waiter wakes this often: 400 idle executors at a 1 s cap cost 1.3 %
+// of a core on the 2-core CI machine, at 10 s 0.35 % (bench/RESULTS.md).
+constexpr int64_t kMaxSliceNs = 10'000'000'000;
 
 struct WaitContext {
   const CommSegment* segment = nullptr;    // its abort word ends the wait, if set

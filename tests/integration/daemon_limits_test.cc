@@ -23,6 +23,7 @@
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "ipc/fd_channel.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/support/exact_data.h"
 
 namespace collectived {
 namespace {
@@ -345,6 +346,115 @@ TEST(DaemonFdsTest, FdExhaustionAndRecovery) {
   EXPECT_TRUE(s.ok()) << s.ToString();
   after.reset();
   EXPECT_EQ(FdsSettleAt(pid, baseline, 15000), baseline) << "descriptors left after recovery";
+}
+
+// Idle costs nothing: 400 daemon-executed communicators (an executor thread
+// each, waiting for its next op) and a client blocked in a long WaitOp on an
+// op that cannot complete. Before waits slept until woken (2 ms futex slices,
+// a 200 us WaitOp poll) the first cost 6 % of a core on 2 cores; the bounds
+// here are loose (CI shares its cores); the figures it prints are in
+// bench/RESULTS.md.
+TEST(DaemonIdleTest, FourHundredIdleCommunicatorsCostAlmostNoCpu) {
+  constexpr int kClients = 8, kPerClient = 50;
+  Daemon d({"--max-message-bytes", "65536", "--op-timeout-ms", "30000"});
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const pid_t pid = d.process().pid();
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int c = 0; c < kClients; ++c) {
+    clients.push_back(d.Connect("idle-" + std::to_string(c)));
+    ASSERT_NE(clients.back(), nullptr);
+    for (int i = 0; i < kPerClient; ++i) {
+      CommunicatorOptions o;
+      o.key = "idle-" + std::to_string(c) + "-" + std::to_string(i);
+      o.world_size = 1;
+      o.rank = 0;
+      o.mode = ExecutionMode::kDaemon;
+      std::unique_ptr<Communicator> comm;
+      ASSERT_TRUE(clients.back()->CreateCommunicator(o, &comm).ok()) << o.key;
+      comms.push_back(std::move(comm));
+    }
+  }
+  // Each executor ran an op (exact), so every thread went through its wait once.
+  std::vector<Buffer> bufs(kClients);  // a communicator takes its own client's buffers
+  for (int c = 0; c < kClients; ++c) ASSERT_TRUE(clients[c]->AllocBuffer(64 * 4, &bufs[c]).ok());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    Buffer& b = bufs[i / kPerClient];
+    testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 0, i, b.data(), 64);
+    Handle h;
+    ASSERT_TRUE(comms[i]->AllReduce(b, b, 64, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+    ASSERT_TRUE(h.Wait().ok());
+    ASSERT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 1, i, b.data(), 64), 0u) << i;
+  }
+  // A world-2 communicator whose rank 1 never posts: rank 0's op waits in
+  // the daemon, and a client waits on it through WaitOp.
+  auto lone = d.Connect("lone");
+  auto partner = d.Connect("partner");
+  ASSERT_TRUE(lone && partner);
+  std::unique_ptr<Communicator> pair0, pair1;
+  std::thread join1([&] {
+    CommunicatorOptions o;
+    o.key = "idle-pair";
+    o.world_size = 2;
+    o.rank = 1;
+    o.mode = ExecutionMode::kDaemon;
+    EXPECT_TRUE(partner->CreateCommunicator(o, &pair1).ok());
+  });
+  CommunicatorOptions o;
+  o.key = "idle-pair";
+  o.world_size = 2;
+  o.rank = 0;
+  o.mode = ExecutionMode::kDaemon;
+  ASSERT_TRUE(lone->CreateCommunicator(o, &pair0).ok());
+  join1.join();
+  Buffer lb, pb;
+  ASSERT_TRUE(lone->AllocBuffer(64 * 4, &lb).ok());
+  ASSERT_TRUE(partner->AllocBuffer(64 * 4, &pb).ok());
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 0, 5, lb.data(), 64);
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 1, 5, pb.data(), 64);
+  Handle pending;
+  ASSERT_TRUE(pair0->SubmitAllReduce(lb, lb, 64, DataType::kFloat32, ReduceOp::kSum, &pending).ok());
+  // The daemon's CPU share over `seconds` (top -H names its threads, for who spends it).
+  auto measure = [&](int seconds) {
+    const double cpu0 = CpuSeconds(pid);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::seconds(seconds));
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return (CpuSeconds(pid) - cpu0) / wall;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // the sleep slices have grown
+  const double idle = measure(4);
+  std::printf("idle daemon: %.2f %% of a core (401 communicators, %d threads)\n", 100 * idle, CountThreads(pid));
+  EXPECT_LT(idle, 0.05);
+
+  auto stub = v1::CollectiveService::NewStub(grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
+  std::thread waiter([&] {
+    v1::WaitOpRequest req;
+    req.set_session_id(lone->session_id());
+    req.set_comm_id(pair0->id());
+    req.set_op_index(0);
+    req.set_timeout_ms(4000);
+    v1::WaitOpResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx.AddMetadata(kSessionTokenMetadata, std::to_string(lone->session_token()));
+    grpc::Status s = stub->WaitOp(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_FALSE(resp.done());  // answered at its timeout, not before
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double waiting = measure(3);
+  std::printf("idle daemon with a WaitOp pending: %.2f %% of a core\n", 100 * waiting);
+  EXPECT_LT(waiting, 0.10);
+  waiter.join();
+  // Rank 1 posts at last: rank 0's executor, asleep in its barrier for
+  // seconds, is woken by it and both get the exact sum.
+  Handle h1;
+  ASSERT_TRUE(pair1->SubmitAllReduce(pb, pb, 64, DataType::kFloat32, ReduceOp::kSum, &h1).ok());
+  EXPECT_TRUE(pending.Wait().ok());
+  EXPECT_TRUE(h1.Wait().ok());
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 2, 5, lb.data(), 64), 0u);
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 2, 5, pb.data(), 64), 0u);
 }
 
 }  // namespace

@@ -157,6 +157,30 @@ TEST(GpuDaemonTest, RegistrationRefusesWhatPeersCannotUse) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
+// Registered allocations are descriptors the daemon holds for the session:
+// they count toward --max-buffers-per-session with its buffers and
+// deposits, and one given back makes room again.
+TEST(GpuDaemonTest, RegisteredBuffersCountTowardTheSessionCap) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--max-buffers-per-session", "3"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "register-cap", 1, 0).ok());
+  std::vector<std::unique_ptr<ipc::CuMemWindow>> mem(4);
+  std::vector<Buffer> reg(4);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(ipc::CuMemWindow::Create(0, 2 << 20, &mem[i]).ok());
+  for (int i = 0; i < 3; ++i) {
+    Status s = ranks.comms[0]->RegisterBuffer(mem[i]->device_ptr(), 1 << 20, &reg[i]);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+  }
+  Status s = ranks.comms[0]->RegisterBuffer(mem[3]->device_ptr(), 1 << 20, &reg[3]);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("--max-buffers-per-session (3) reached"), std::string::npos) << s.message();
+  ASSERT_TRUE(reg[0].Free().ok());
+  s = ranks.comms[0]->RegisterBuffer(mem[3]->device_ptr(), 1 << 20, &reg[3]);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 // Daemon-executed: the daemon maps every rank's registered allocation too and
 // its fused launch reads and writes them in place (sizes above the slot).
 TEST(GpuDaemonTest, RegisteredBuffersServeDaemonExecutedOps) {
