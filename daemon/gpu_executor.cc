@@ -11,6 +11,7 @@
 #include "daemon/copy_engine_plan.h"
 #include "ring/matcher.h"
 #include "ring/op_codec.h"
+#include "ring/op_ring.h"
 #include "ring/wait.h"
 
 #ifdef COLLECTIVED_HAVE_GPU
@@ -30,6 +31,10 @@ double GpuExecutor::handoff_us_mean() const {
 
 GpuExecutor::~GpuExecutor() { Stop(); }
 
+void GpuExecutor::NoteCapturedPlan() {
+  if (!captured_plans_.exchange(true)) seg_.WakeAll();  // from sleeping to polling
+}
+
 bool GpuExecutor::Aborted() const {
   if (seg_.aborted()) return true;
   uint64_t abort = 0;  // a kernel that gave up set the device abort word
@@ -38,6 +43,7 @@ bool GpuExecutor::Aborted() const {
 
 void GpuExecutor::Stop() {
   stop_.store(true);
+  seg_.WakeAll();  // the thread may sleep waiting for an announcement
   if (thread_.joinable()) thread_.join();
 }
 
@@ -122,10 +128,20 @@ Status GpuExecutor::RunOp(uint64_t index) {
     for (uint32_t polls = 0; slot.ready_seq.load(std::memory_order_acquire) != index + 1; ++polls) {
       if (stop_.load() || seg_.aborted()) return Status(StatusCode::kCancelled, "stopping");
       if (polls % 4096 == 4095 && Aborted()) return Status(StatusCode::kCancelled, "aborted");
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 200 : 5));
+      if (polls <= 1000) continue;
+      if (!captured_plans_.load() && !ring::DevicePostAnnounced(seg_, r, index) &&
+          ring::NowNs() - last_op_ns_ > kHotNs) {
+        // Idle, nothing on its way, and no graph can post unannounced: sleep
+        // until the client announces an op (or an abort or Stop wakes).
+        ring::SleepUntilAnnounced(seg_, r, index, kIdleSliceNs);
+        polls = 0;
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 200 : 5));
     }
   }
   const int64_t ready_ns = ring::NowNs();
+  last_op_ns_ = ready_ns;
   std::vector<ring::OpDescriptor> descs(world);
   std::vector<const ring::OpDescriptor*> ptrs(world);
   for (uint32_t r = 0; r < world; ++r) {

@@ -44,6 +44,11 @@ class GpuExecutor {
   // Unmaps it here: every rank deregistered it, after its ops on it finished.
   void RemoveCallersBuffer(uint64_t buffer_id);
 
+  // A rank captured an op into a graph (RegisterPlan): its replays post from
+  // the device unannounced, so from now on the executor polls while idle
+  // instead of sleeping until an eager op is announced (op_ring.h).
+  void NoteCapturedPlan();
+
   uint64_t ops() const { return ops_.load(); }
   // Mean time from the last rank's ready to the fused launch being enqueued.
   double handoff_us_mean() const;
@@ -73,7 +78,15 @@ class GpuExecutor {
   std::vector<void*> lanes_;
   std::vector<void*> lane_done_;
   void* fork_ = nullptr;
+  // The longest an idle executor sleeps unwoken (a safety net: every
+  // announcement, abort and Stop wakes it).
+  static constexpr int64_t kIdleSliceNs = 1'000'000'000;
+  // Within this of its last op the executor keeps polling (5 us sleeps), so
+  // back-to-back ops never pay a futex wake-up; only then it sleeps.
+  static constexpr int64_t kHotNs = 100'000'000;
+  int64_t last_op_ns_ = 0;  // the executor thread's only
   std::atomic<bool> stop_{false};
+  std::atomic<bool> captured_plans_{false};
   std::atomic<uint64_t> ops_{0};
   std::atomic<uint64_t> handoff_ns_{0};
   void* stream_ = nullptr;

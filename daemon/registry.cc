@@ -37,6 +37,7 @@ Status Registry::RegisterPlan(uint64_t session_id, uint64_t comm_id, uint32_t ra
   // the kind, type and reduction.
   COLLECTIVED_RETURN_IF_ERROR(ring::ValidateDescriptor(desc, UINT64_MAX));
   *plans = ++comm->captured_plans[rank];
+  if (comm->gpu_executor) comm->gpu_executor->NoteCapturedPlan();
   spdlog::debug("communicator {} rank {}: captured plan {} ({} x {})", comm_id, rank, *plans, desc.count,
                 DataTypeName(desc.dtype));
   return Status::Ok();

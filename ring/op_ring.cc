@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "ring/futex.h"
+
 namespace collectived::ring {
 
 Status PostOp(const CommSegment& seg, uint32_t rank, const OpDescriptor& desc, const WaitContext& ctx,
@@ -84,6 +86,26 @@ Status WaitOpDone(const CommSegment& seg, uint32_t rank, uint64_t index, const W
     return s;
   }
   return CompletedOpStatus(seg, rank, index);
+}
+
+void AnnounceDevicePost(const CommSegment& seg, uint32_t rank) {
+  RankControl& c = seg.control(rank);
+  // seq_cst on both sides (here and in SleepUntilAnnounced): either the
+  // executor sees the new count before it sleeps, or this sees it asleep.
+  c.announced.value.fetch_add(1, std::memory_order_seq_cst);
+  if (c.executor_asleep.value.load(std::memory_order_seq_cst) != 0) FutexWake(c.announced.value);
+}
+
+bool DevicePostAnnounced(const CommSegment& seg, uint32_t rank, uint64_t index) {
+  return seg.control(rank).announced.value.load(std::memory_order_acquire) > index;
+}
+
+void SleepUntilAnnounced(const CommSegment& seg, uint32_t rank, uint64_t index, int64_t timeout_ns) {
+  RankControl& c = seg.control(rank);
+  c.executor_asleep.value.store(1, std::memory_order_seq_cst);
+  const uint64_t seen = c.announced.value.load(std::memory_order_seq_cst);
+  if (seen <= index && !seg.aborted()) FutexWait(c.announced.value, seen, timeout_ns);
+  c.executor_asleep.value.store(0, std::memory_order_seq_cst);
 }
 
 }  // namespace collectived::ring

@@ -39,6 +39,19 @@ Status CompletedOpStatus(const CommSegment& seg, uint32_t rank, uint64_t index);
 // Waits for op `index` of `rank` to complete and returns its status.
 Status WaitOpDone(const CommSegment& seg, uint32_t rank, uint64_t index, const WaitContext& ctx);
 
+// Daemon-executed GPU communicators post from the device (ring-post kernels),
+// which cannot wake a sleeping executor. So the client announces each eager
+// op when it enqueues it (host code), and the executor sleeps only while
+// every announced op of the rank has arrived and no captured graph can post
+// one unannounced. Announcing costs a syscall only when the executor sleeps.
+void AnnounceDevicePost(const CommSegment& seg, uint32_t rank);
+// True when `rank` announced op `index` (or a later one): it is on its way.
+bool DevicePostAnnounced(const CommSegment& seg, uint32_t rank, uint64_t index);
+// The executor, with nothing announced for op `index` of `rank`: sleeps
+// until an announcement, a wake (abort, stop: CommSegment::WakeAll) or
+// `timeout_ns`. Returns at once if one came meanwhile.
+void SleepUntilAnnounced(const CommSegment& seg, uint32_t rank, uint64_t index, int64_t timeout_ns);
+
 }  // namespace collectived::ring
 
 #endif  // COLLECTIVED_RING_OP_RING_H_

@@ -18,7 +18,7 @@
 namespace collectived::ring {
 
 constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
-constexpr uint32_t kLayoutVersion = 3;
+constexpr uint32_t kLayoutVersion = 4;  // 4: RankControl::announced, executor_asleep
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -83,6 +83,11 @@ struct alignas(kCacheLine) RankControl {
   PaddedWord next_index;             // op counter: the poster takes indices here
   PaddedWord completed;              // ops of this rank finished (index + 1 of the last)
   PaddedWord phase_flag[kNumPhases]; // generation flags: EncodePhaseFlag (ring/op_codec.h)
+  // Daemon-executed GPU communicators (op_ring.h, AnnounceDevicePost): eager
+  // ops the rank's client enqueued, and whether the daemon's executor sleeps
+  // on that count.
+  PaddedWord announced;
+  PaddedWord executor_asleep;
 };
 
 struct alignas(kCacheLine) CommHeader {

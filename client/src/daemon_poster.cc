@@ -10,6 +10,7 @@
 #include "base/gpu/gpu_check.h"
 #include "ring/gpu_control_layout.h"
 #include "ring/op_codec.h"
+#include "ring/op_ring.h"
 
 namespace collectived {
 
@@ -64,6 +65,12 @@ Status DaemonPoster::PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream
   p.error_word = ring::GpuControlLayout::Error(c);
   p.timeout_ns = setup.seg.params().op_timeout_ns;
   COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
+  // An eager post is on its way: tell the daemon's executor, which may sleep.
+  // A captured one is not (its replays post; the daemon knows of the graph
+  // from RegisterPlan and does not sleep).
+  gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
+  COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
+  if (capture == gpuStreamCaptureStatusNone) ring::AnnounceDevicePost(setup.seg, setup.rank);
   return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
 }
 

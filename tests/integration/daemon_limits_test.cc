@@ -278,18 +278,6 @@ int ConnectNonBlocking(const std::string& path) {
   return s;
 }
 
-// The daemon's user + system CPU time, in seconds.
-double CpuSeconds(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // the name may hold spaces
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 // The daemon out of descriptors (started under a low RLIMIT_NOFILE, its fd
 // socket and gRPC socket flooded with idle connections): it does not spin,
@@ -327,9 +315,9 @@ TEST(DaemonFdsTest, FdExhaustionAndRecovery) {
     Status s = early->AllocBuffer(4096, &held);
     EXPECT_TRUE(s.ok() || s.code() == StatusCode::kResourceExhausted) << s.ToString();
   }
-  const double cpu0 = CpuSeconds(pid);
+  const double cpu0 = testing::CpuSeconds(pid);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const double busy = CpuSeconds(pid) - cpu0;
+  const double busy = testing::CpuSeconds(pid) - cpu0;
   EXPECT_LT(busy, 0.5) << "the daemon spins while out of descriptors";
   for (int f : offenders) {
     if (f >= 0) close(f);
@@ -416,11 +404,11 @@ TEST(DaemonIdleTest, FourHundredIdleCommunicatorsCostAlmostNoCpu) {
   ASSERT_TRUE(pair0->SubmitAllReduce(lb, lb, 64, DataType::kFloat32, ReduceOp::kSum, &pending).ok());
   // The daemon's CPU share over `seconds` (top -H names its threads, for who spends it).
   auto measure = [&](int seconds) {
-    const double cpu0 = CpuSeconds(pid);
+    const double cpu0 = testing::CpuSeconds(pid);
     const auto t0 = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::seconds(seconds));
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return (CpuSeconds(pid) - cpu0) / wall;
+    return (testing::CpuSeconds(pid) - cpu0) / wall;
   };
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // the sleep slices have grown
   const double idle = measure(4);
