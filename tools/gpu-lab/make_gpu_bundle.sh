@@ -4,7 +4,7 @@
 # the GPU machine lacks (../shared/tools/device-bundle), and the scripts.
 #   bash tools/gpu-lab/make_gpu_bundle.sh [BUNDLE_DIR]   (after deploy/build.sh)
 # The batch scripts expect every script flat beside bin/ in the bundle: this
-# folder's scripts, bench/gpu_baseline.sh, tests/run_example.sh and
+# folder's scripts, bench/gpu_baseline.sh, bench/run_host_bench.sh, tests/run_example.sh and
 # tests/stress/negative-controls.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)  # tools/gpu-lab is two levels down
@@ -17,6 +17,6 @@ for b in "$root"/build/bin/*; do [ -x "$b" ] && bins+=("$b"); done
 bash "$tool" pack "$out" "${bins[@]}"
 # Debug info would take the bundle past the device tool's 64 MiB carry limit.
 strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
-cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/tests/run_example.sh \
+cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_host_bench.sh "$root"/tests/run_example.sh \
   "$root"/tests/stress/negative-controls.sh "$out"/
 echo "bundle: $out ($(du -sh "$out" | cut -f1))"
