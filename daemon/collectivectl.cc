@@ -83,12 +83,14 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
       for (const auto& rs : c.ranks()) plans += rs.captured_plans();
       std::printf("%s{\"id\":%llu,\"key\":\"%s\",\"world_size\":%u,\"mode\":\"%s\",\"posted\":%llu,\"matched\":%llu,"
                   "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\","
-                  "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu}",
+                  "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu,\"owner_uid\":%u,"
+                  "\"key_hidden\":%s}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
                   ModeName(c.mode()).c_str(), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
                   c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str(), (unsigned long long)plans,
-                  c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers());
+                  c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers(), c.owner_uid(),
+                  c.key_hidden() ? "true" : "false");
     }
     std::printf("]}%s", end);
     return;
@@ -100,8 +102,10 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
               "completed", "failed", "state");
   auto row = [](const v1::CommunicatorStats& c) {
     const std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
+    // Another user's key is hidden from a caller who does not administer the daemon.
+    const std::string key = c.key_hidden() ? "(uid " + std::to_string(c.owner_uid()) + ")" : c.key();
     std::printf("%-6llu %-24s %5u %-7s %10llu %10llu %10llu %8llu  %s\n", (unsigned long long)c.comm_id(),
-                c.key().c_str(), c.world_size(), ModeName(c.mode()).c_str(), (unsigned long long)c.posted(),
+                key.c_str(), c.world_size(), ModeName(c.mode()).c_str(), (unsigned long long)c.posted(),
                 (unsigned long long)c.matched(), (unsigned long long)c.completed(), (unsigned long long)c.failed(),
                 state.c_str());
   };
