@@ -100,8 +100,11 @@ Status ClientImpl::Connect() {
   ipc::FdRequest hello{ipc::kFdMagic, ipc::FdRequestType::kHello, session_id_, resp.session_token()};
   ipc::FdReply reply{};
   int no_fd = -1;
-  COLLECTIVED_RETURN_IF_ERROR(ipc::SendWithFd(fd_sock_, &hello, sizeof(hello), -1));
-  COLLECTIVED_RETURN_IF_ERROR(ipc::RecvWithFd(fd_sock_, &reply, sizeof(reply), &no_fd));
+  // A daemon at its connection cap answers at accept and closes: the send may
+  // fail, but its answer (naming the cap) is still there to read.
+  Status sent = ipc::SendWithFd(fd_sock_, &hello, sizeof(hello), -1);
+  Status got = ipc::RecvWithFd(fd_sock_, &reply, sizeof(reply), &no_fd);
+  if (!got.ok()) return sent.ok() ? got : sent;
   if (no_fd >= 0) close(no_fd);
   reply.message[sizeof(reply.message) - 1] = '\0';
   if (reply.code != 0) return Status(static_cast<StatusCode>(reply.code), reply.message);

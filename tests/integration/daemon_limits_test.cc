@@ -257,6 +257,13 @@ TEST(DaemonFdsTest, ConnectionsBeyondTheCapAreRefusedNamingTheLimit) {
   EXPECT_EQ(r.code, static_cast<int>(StatusCode::kResourceExhausted));
   EXPECT_STREQ(r.message, "--max-fd-connections (4) reached");
   close(extra);
+  {
+    // Through the client library: the same refusal, not a broken pipe.
+    std::unique_ptr<Client> refused;
+    Status s = Client::Connect({.socket_path = d.socket(), .client_name = "refused"}, &refused);
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_EQ(s.message(), "--max-fd-connections (4) reached");
+  }
   close(idle.back());
   idle.pop_back();
   ASSERT_EQ(FdsSettleAt(pid, baseline + 3), baseline + 3);
