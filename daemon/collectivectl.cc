@@ -128,6 +128,33 @@ std::string VersionJson(const v1::GetVersionResponse& v) {
          JsonEscape(COLLECTIVED_VERSION) + "\"}";
 }
 
+void PrintCluster(const v1::GetClusterResponse& r, bool json) {
+  if (json) {
+    std::printf("{\"mode\":\"%s\",\"self\":%u,\"refused_messages\":%llu,\"nodes\":[", JsonEscape(r.mode()).c_str(),
+                r.self(), (unsigned long long)r.refused_messages());
+    for (int i = 0; i < r.nodes_size(); ++i) {
+      const auto& n = r.nodes(i);
+      std::printf("%s{\"node\":%u,\"host\":\"%s\",\"epoch\":%llu,\"pid\":%d,\"state\":\"%s\","
+                  "\"last_heartbeat_ms_ago\":%lld,\"lost_reason\":\"%s\"}",
+                  i ? "," : "", n.node_id(), JsonEscape(n.host()).c_str(), (unsigned long long)n.epoch(), n.pid(),
+                  JsonEscape(n.state()).c_str(), (long long)n.last_heartbeat_ms_ago(),
+                  JsonEscape(n.lost_reason()).c_str());
+    }
+    std::printf("]}\n");
+    return;
+  }
+  std::printf("cluster: %s, this daemon is node %u, %d nodes, %llu refused messages\n", r.mode().c_str(), r.self(),
+              r.nodes_size(), (unsigned long long)r.refused_messages());
+  std::printf("%-5s %-20s %-20s %-8s %-6s %-14s  %s\n", "node", "host", "epoch", "pid", "state", "heartbeat", "why lost");
+  for (const auto& n : r.nodes()) {
+    const std::string beat = n.node_id() == r.self() ? "(self)"
+                             : n.last_heartbeat_ms_ago() < 0 ? "none yet"
+                                                             : std::to_string(n.last_heartbeat_ms_ago()) + " ms ago";
+    std::printf("%-5u %-20s %-20llu %-8d %-6s %-14s  %s\n", n.node_id(), n.host().c_str(),
+                (unsigned long long)n.epoch(), n.pid(), n.state().c_str(), beat.c_str(), n.lost_reason().c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +170,7 @@ int main(int argc, char** argv) {
   auto* version_cmd = app.add_subcommand("version", "daemon and API versions, backends, capabilities");
   auto* stats_cmd = app.add_subcommand("stats", "per-communicator op counters");
   auto* drain_cmd = app.add_subcommand("drain", "stop accepting new work");
+  auto* cluster_cmd = app.add_subcommand("cluster", "every daemon of the cluster: node, epoch, state, last heartbeat");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   const bool json = output == "json";
@@ -193,6 +221,14 @@ int main(int argc, char** argv) {
     grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
     if (!s.ok()) return Fail("GetStats", s);
     PrintStats(r, json, status_json ? "}\n" : "\n");
+    return 0;
+  }
+  if (cluster_cmd->parsed()) {
+    v1::GetClusterResponse r;
+    auto ctx = Context(timeout_ms);
+    grpc::Status s = stub->GetCluster(ctx.get(), v1::GetClusterRequest(), &r);
+    if (!s.ok()) return Fail("GetCluster", s);
+    PrintCluster(r, json);
     return 0;
   }
   if (drain_cmd->parsed()) {

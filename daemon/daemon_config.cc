@@ -20,6 +20,7 @@ constexpr Spelling<Backend> kBackends[] = {
 constexpr Spelling<GpuPath> kGpuPaths[] = {{"fused", GpuPath::kFused}, {"copy-engine", GpuPath::kCopyEngine}};
 constexpr Spelling<GpuMemoryExport> kGpuMemoryExports[] = {
     {"auto", GpuMemoryExport::kAuto}, {"cumem", GpuMemoryExport::kCuMem}, {"legacy-ipc", GpuMemoryExport::kLegacyIpc}};
+constexpr Spelling<ClusterMode> kClusterModes[] = {{"none", ClusterMode::kNone}, {"mpi", ClusterMode::kMpi}};
 
 template <typename E, size_t N>
 std::vector<std::string> Names(const Spelling<E> (&table)[N]) {
@@ -51,11 +52,13 @@ Status ParseConfigChoices(const ConfigChoices& in, DaemonConfig* cfg) {
   COLLECTIVED_RETURN_IF_ERROR(Parse("--gpu-reduce-path", kGpuPaths, in.gpu_reduce_path, &parsed.gpu_reduce_path));
   COLLECTIVED_RETURN_IF_ERROR(
       Parse("--gpu-memory-export", kGpuMemoryExports, in.gpu_memory_export, &parsed.gpu_memory_export));
+  COLLECTIVED_RETURN_IF_ERROR(Parse("--cluster", kClusterModes, in.cluster, &parsed.cluster));
   *cfg = parsed;
   return Status::Ok();
 }
 
 std::vector<std::string> BackendChoices() { return Names(kBackends); }
+std::vector<std::string> ClusterChoices() { return Names(kClusterModes); }
 std::vector<std::string> GpuPathChoices() { return Names(kGpuPaths); }
 std::vector<std::string> GpuMemoryExportChoices() { return Names(kGpuMemoryExports); }
 

@@ -21,6 +21,10 @@ enum class Backend { kAuto, kHost, kCuda };
 // copy engines move the data, no SMs for the movement).
 enum class GpuPath { kFused, kCopyEngine };
 
+// How the daemons of a multi-node job meet (docs/multinode.md): kNone, a
+// daemon alone; kMpi, one daemon per rank of an mpirun job.
+enum class ClusterMode { kNone, kMpi };
+
 struct DaemonConfig {
   std::string socket_path = "/run/collectived/collectived.sock";
   Backend backend = Backend::kAuto;
@@ -44,6 +48,11 @@ struct DaemonConfig {
   // of the shared group may join communicators formed by other members of it.
   std::string admin_group;
   std::string shared_group;
+  // The cluster (docs/multinode.md). A socket path holding "{node}" gets the
+  // node id there (several daemons on one machine).
+  ClusterMode cluster = ClusterMode::kNone;
+  uint32_t heartbeat_interval_ms = 250;
+  uint32_t heartbeat_timeout_ms = 3000;  // a peer silent this long is lost
   // Caps on what clients can make the daemon hold, each refused past its
   // limit with RESOURCE_EXHAUSTED naming its flag. With max_fd_connections
   // they bound the daemon's descriptors (FdsNeeded). Ops in flight are bounded
@@ -81,6 +90,7 @@ struct ConfigChoices {
   std::string gpu_gather_path = "fused";    // --gpu-gather-path
   std::string gpu_reduce_path = "fused";    // --gpu-reduce-path
   std::string gpu_memory_export = "auto";   // --gpu-memory-export
+  std::string cluster = "none";             // --cluster
 };
 
 // Sets cfg's enum options from `in`. On failure returns INVALID_ARGUMENT
@@ -91,6 +101,7 @@ Status ParseConfigChoices(const ConfigChoices& in, DaemonConfig* cfg);
 std::vector<std::string> BackendChoices();
 std::vector<std::string> GpuPathChoices();
 std::vector<std::string> GpuMemoryExportChoices();
+std::vector<std::string> ClusterChoices();
 
 // The spelling of a value, for logs and the version RPC.
 const char* BackendName(Backend backend);

@@ -11,11 +11,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "daemon/daemon_config.h"
+#include "cluster/membership.h"
+#include "cluster/mpi_bootstrap.h"
+#include "cluster/ucx_transport.h"
 #include "daemon/access.h"
 #include "daemon/fd_server.h"
 #include "daemon/grpc_acceptor.h"
@@ -107,6 +112,13 @@ int main(int argc, char** argv) {
   app.add_option("--shared-group", cfg.shared_group,
                  "group whose members may join communicators formed by other members of it")
       ->capture_default_str();
+  app.add_option("--cluster", choices.cluster,
+                 "none (a daemon alone) | mpi (one daemon per rank of an mpirun job; docs/multinode.md)")
+      ->capture_default_str()->check(CLI::IsMember(cd::ClusterChoices()));
+  app.add_option("--heartbeat-interval-ms", cfg.heartbeat_interval_ms, "cluster: how often daemons tell each other they live")
+      ->capture_default_str()->check(CLI::Range(10u, 60000u));
+  app.add_option("--heartbeat-timeout-ms", cfg.heartbeat_timeout_ms, "cluster: a daemon silent this long is lost")
+      ->capture_default_str()->check(CLI::Range(50u, 600000u));
   app.add_option("--fd-handshake-timeout-ms", cfg.fd_handshake_timeout_ms,
                  "close fd-socket connections silent this long before hello or inside a request")
       ->capture_default_str()->check(CLI::Range(1u, cd::validate::kMaxTimeoutMs));
@@ -205,6 +217,11 @@ int main(int argc, char** argv) {
     spdlog::critical("--unsafe-size-dependent-slots re-creates a GPU staging bug; it needs --backend cuda");
     return 2;
   }
+  if (cfg.heartbeat_timeout_ms < 2 * cfg.heartbeat_interval_ms) {
+    spdlog::critical("--heartbeat-timeout-ms ({}) must be at least twice --heartbeat-interval-ms ({})",
+                     cfg.heartbeat_timeout_ms, cfg.heartbeat_interval_ms);
+    return 2;
+  }
   if (cfg.ring_depth == 0 || (cfg.ring_depth & (cfg.ring_depth - 1)) != 0) {
     spdlog::critical("--ring-depth must be a power of two, got {}", cfg.ring_depth);
     return 2;
@@ -243,6 +260,33 @@ int main(int argc, char** argv) {
   }
   spdlog::info("RLIMIT_NOFILE {} (the caps may hold {} descriptors)", fd_limit, cd::FdsNeeded(cfg));
 
+  // The cluster forms first: the node id names this daemon's socket.
+  std::unique_ptr<collectived::cluster::UcxTransport> transport;
+  std::unique_ptr<collectived::cluster::Membership> membership;
+  uint64_t cluster_secret = 0;
+  std::vector<collectived::cluster::NodeInfo> nodes;
+  uint32_t node_id = 0;
+  if (cfg.cluster == cd::ClusterMode::kMpi) {
+    if (collectived::Status s = collectived::cluster::UcxTransport::Create(&transport); !s.ok()) {
+      spdlog::critical("cluster: {}", s.ToString());
+      return 1;
+    }
+    collectived::cluster::NodeInfo self;
+    self.epoch = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    self.pid = static_cast<int32_t>(getpid());
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    self.host = host;
+    self.worker_address = transport->address();
+    if (collectived::Status s = collectived::cluster::MpiBootstrap(self, &nodes, &node_id, &cluster_secret); !s.ok()) {
+      spdlog::critical("cluster: {}", s.ToString());
+      return 1;
+    }
+  }
+  if (auto at = cfg.socket_path.find("{node}"); at != std::string::npos) {
+    cfg.socket_path.replace(at, 6, std::to_string(node_id));
+  }
+
   std::error_code ec;
   const auto dir = std::filesystem::path(cfg.socket_path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
@@ -265,6 +309,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   cd::Registry registry(cfg, access);
+  if (cfg.cluster == cd::ClusterMode::kMpi) {
+    membership = std::make_unique<collectived::cluster::Membership>(
+        node_id, nodes, [](uint32_t node, const std::string& why) {
+          spdlog::error("cluster: node {} lost: {}", node, why);
+        });
+    collectived::cluster::UcxTransport::Options o;
+    o.secret = cluster_secret;
+    o.heartbeat_interval_ns = int64_t{cfg.heartbeat_interval_ms} * 1000000;
+    o.heartbeat_timeout_ns = int64_t{cfg.heartbeat_timeout_ms} * 1000000;
+    if (collectived::Status s = transport->Start(membership.get(), o); !s.ok()) {
+      spdlog::critical("cluster: {}", s.ToString());
+      return 1;
+    }
+    spdlog::info("cluster: node {} of {} (mpi), heartbeats every {} ms, lost after {} ms", node_id, nodes.size(),
+                 cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms);
+  }
   cd::FdServer fd_server(&registry, cfg.socket_path + ".fds");
   if (auto s = fd_server.Start(); !s.ok()) {
     spdlog::critical("fd socket: {}", s.ToString());
@@ -286,6 +346,7 @@ int main(int argc, char** argv) {
       [&server] {
         if (server) server->GetHealthCheckService()->SetServingStatus(false);
       });
+  service.SetCluster(cfg.cluster == cd::ClusterMode::kMpi ? "mpi" : "none", membership.get(), transport.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
@@ -336,6 +397,7 @@ int main(int argc, char** argv) {
   acceptor.Stop();  // no new connections while the open ones finish
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   fd_server.Stop();
+  if (transport) transport->Stop();
   unlink(cfg.socket_path.c_str());
   close(lock_fd);
   spdlog::info("stopped");

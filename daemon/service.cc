@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -443,6 +444,34 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Drain(grpc::CallbackServerConte
                caller.uid, caller.pid);
   registry_->SetDraining();
   if (on_drain_) on_drain_();
+  return Done(ctx, Status::Ok());
+}
+
+grpc::ServerUnaryReactor* CollectiveServiceImpl::GetCluster(grpc::CallbackServerContext* ctx,
+                                                            const v1::GetClusterRequest*,
+                                                            v1::GetClusterResponse* resp) {
+  resp->set_mode(cluster_mode_);
+  if (membership_ == nullptr) {
+    auto* n = resp->add_nodes();
+    n->set_host("");
+    n->set_pid(static_cast<int32_t>(getpid()));
+    n->set_state(cluster::NodeStateName(cluster::NodeState::kAlive));
+    n->set_last_heartbeat_ms_ago(-1);
+    return Done(ctx, Status::Ok());
+  }
+  resp->set_self(membership_->self());
+  const int64_t now = ring::NowNs();
+  for (const cluster::NodeStatus& s : membership_->Nodes()) {
+    auto* n = resp->add_nodes();
+    n->set_node_id(s.info.node_id);
+    n->set_host(s.info.host);
+    n->set_epoch(s.info.epoch);
+    n->set_pid(s.info.pid);
+    n->set_state(cluster::NodeStateName(s.state));
+    n->set_last_heartbeat_ms_ago(s.last_heartbeat_ns == 0 ? -1 : (now - s.last_heartbeat_ns) / 1000000);
+    n->set_lost_reason(s.lost_reason);
+  }
+  if (transport_ != nullptr) resp->set_refused_messages(transport_->refused());
   return Done(ctx, Status::Ok());
 }
 

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "collectived/v1/collectived.grpc.pb.h"
+#include "cluster/membership.h"
+#include "cluster/ucx_transport.h"
 #include "daemon/registry.h"
 
 namespace collectived::daemon {
@@ -57,6 +59,16 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
                                      v1::GetStatsResponse* resp) override;
   grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx, const v1::DrainRequest* req,
                                   v1::DrainResponse* resp) override;
+  grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* ctx, const v1::GetClusterRequest* req,
+                                       v1::GetClusterResponse* resp) override;
+
+  // The cluster this daemon is part of (before the server starts; both
+  // outlive the service). Without it GetCluster answers this daemon alone.
+  void SetCluster(const char* mode, const cluster::Membership* membership, const cluster::UcxTransport* transport) {
+    cluster_mode_ = mode;
+    membership_ = membership;
+    transport_ = transport;
+  }
 
  private:
   struct PendingWait {
@@ -78,6 +90,9 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
   Registry* registry_;
   std::string fd_socket_path_;
   PeerLookup who_;
+  const char* cluster_mode_ = "none";
+  const cluster::Membership* membership_ = nullptr;
+  const cluster::UcxTransport* transport_ = nullptr;
   std::function<void()> on_drain_;
   std::mutex wait_mu_;
   std::condition_variable wait_cv_;

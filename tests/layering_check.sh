@@ -15,8 +15,9 @@ declare -A allowed=(
   [proto]="collectived base proto"
   [kernels]="collectived base ring kernels"
   [executor]="collectived base ring kernels executor"
+  [cluster]="collectived base ring cluster"
   [client]="collectived base ring ipc proto kernels executor client"
-  [daemon]="collectived base ring ipc proto kernels executor daemon"
+  [daemon]="collectived base ring ipc proto kernels executor cluster daemon"
 )
 bad=0
 for folder in "${!allowed[@]}"; do

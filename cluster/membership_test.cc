@@ -1,0 +1,64 @@
+#include "cluster/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace collectived::cluster {
+namespace {
+
+std::vector<NodeInfo> Three() {
+  std::vector<NodeInfo> n(3);
+  for (uint32_t k = 0; k < 3; ++k) {
+    n[k].node_id = k;
+    n[k].epoch = 100 + k;
+  }
+  return n;
+}
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+TEST(MembershipTest, SilenceLosesANodeOnceAndHeartbeatsKeepItAlive) {
+  std::map<uint32_t, std::string> lost;
+  int calls = 0;
+  Membership m(0, Three(), [&](uint32_t node, const std::string& why) {
+    ++calls;
+    lost[node] = why;
+  });
+  const int64_t start = 10 * kSecond;
+  EXPECT_TRUE(m.Heartbeat(1, 101, start + kSecond));
+  EXPECT_TRUE(m.Heartbeat(2, 102, start + kSecond));
+  m.ExpireSilent(start + 3 * kSecond, start, 3 * kSecond);  // 2 s of silence each: alive
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(m.Heartbeat(1, 101, start + 3 * kSecond));
+  m.ExpireSilent(start + 4500'000'000, start, 3 * kSecond);  // node 2 silent 3.5 s
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(m.Alive(1));
+  EXPECT_FALSE(m.Alive(2));
+  EXPECT_EQ(lost[2], "no heartbeat for 3500 ms");
+  // Lost stays lost: a late heartbeat is refused, a second expiry says nothing.
+  EXPECT_FALSE(m.Heartbeat(2, 102, start + 5 * kSecond));
+  m.ExpireSilent(start + 9 * kSecond, start, 3 * kSecond);
+  EXPECT_EQ(calls, 2);  // node 1 now, node 2 not again
+  EXPECT_FALSE(m.Alive(1));
+  EXPECT_TRUE(m.Alive(0));  // itself, never
+}
+
+TEST(MembershipTest, ForeignEpochsAndNodesAreRefused) {
+  int calls = 0;
+  Membership m(1, Three(), [&](uint32_t, const std::string&) { ++calls; });
+  EXPECT_FALSE(m.Heartbeat(0, 999, 1));   // an old or new incarnation of node 0
+  EXPECT_FALSE(m.Heartbeat(7, 107, 1));   // no such node
+  EXPECT_FALSE(m.Heartbeat(1, 101, 1));   // itself
+  EXPECT_TRUE(m.Heartbeat(0, 100, 1));
+  m.MarkLost(2, "transport: Endpoint timeout", 5);
+  m.MarkLost(2, "again", 6);
+  EXPECT_EQ(calls, 1);
+  const auto nodes = m.Nodes();
+  EXPECT_EQ(nodes[2].state, NodeState::kLost);
+  EXPECT_EQ(nodes[2].lost_reason, "transport: Endpoint timeout");
+  EXPECT_STREQ(NodeStateName(nodes[0].state), "alive");
+}
+
+}  // namespace
+}  // namespace collectived::cluster

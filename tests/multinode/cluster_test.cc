@@ -1,0 +1,158 @@
+// Daemons of one mpirun job on this machine (UCX over tcp on loopback, as
+// docs/multinode.md runs them): they form one cluster and see each other
+// alive; a killed daemon (the transport reports it) and a stopped one (only
+// its silence does) are found lost within bounds, lost stays lost, and the
+// survivors keep serving their clients.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectived/v1/collectived.grpc.pb.h"
+#include "tests/integration/daemon_harness.h"
+#include "tests/support/exact_data.h"
+
+namespace collectived {
+namespace {
+
+using testing::Process;
+using testing::TempDir;
+
+constexpr int kNodes = 3;
+constexpr int kHeartbeatMs = 100, kTimeoutMs = 1500;
+
+v1::GetClusterResponse Cluster(const std::string& socket, bool* ok) {
+  auto stub = v1::CollectiveService::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::GetClusterResponse r;
+  *ok = stub->GetCluster(&ctx, v1::GetClusterRequest(), &r).ok();
+  return r;
+}
+
+// Milliseconds until `observer` reports `node` lost (its reason in *why), or -1 past `limit_ms`.
+int64_t MsUntilLost(const std::string& observer, uint32_t node, int limit_ms, std::string* why) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const int64_t ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (ms > limit_ms) return -1;
+    bool ok = false;
+    const auto r = Cluster(observer, &ok);
+    if (ok && static_cast<int>(node) < r.nodes_size() && r.nodes(node).state() == "lost") {
+      *why = r.nodes(node).lost_reason();
+      return ms;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  std::string Socket(int node) const { return dir_.path() + "/c" + std::to_string(node) + ".sock"; }
+  void TearDown() override {
+    for (pid_t p : pids_) kill(p, SIGCONT);
+    if (mpirun_) {
+      mpirun_->Kill(SIGTERM);  // mpirun passes it on to every daemon
+      if (mpirun_->Wait(10000) == -1) mpirun_->Kill(SIGKILL);
+    }
+    for (pid_t p : pids_) kill(p, SIGKILL);  // none may outlive the test
+  }
+  TempDir dir_;
+  std::unique_ptr<Process> mpirun_;
+  std::vector<pid_t> pids_;
+};
+
+TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
+  std::vector<std::string> argv = {MPIEXEC_BIN, "-np", std::to_string(kNodes), "--oversubscribe", "--bind-to", "none",
+                                   "--enable-recovery", "--mca", "btl", "self,tcp",
+                                   "-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo", "-x", "UCX_WARN_UNUSED_ENV_VARS=n"};
+  if (geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
+  for (const std::string& a :
+       {std::string(COLLECTIVED_DAEMON_BIN), std::string("--cluster"), std::string("mpi"), std::string("--socket"),
+        dir_.path() + "/c{node}.sock", std::string("--backend"), std::string("host"), std::string("--log-level"),
+        std::string("info"), std::string("--heartbeat-interval-ms"), std::to_string(kHeartbeatMs),
+        std::string("--heartbeat-timeout-ms"), std::to_string(kTimeoutMs)}) {
+    argv.push_back(a);
+  }
+  mpirun_ = std::make_unique<Process>(argv, dir_.path() + "/mpirun.log");
+  bool ready = false;
+  for (int i = 0; i < 300 && !ready; ++i) {  // up to 30 s: three daemons start on 2 cores
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ready = true;
+    for (int k = 0; k < kNodes; ++k) ready &= std::filesystem::exists(Socket(k) + ".fds");
+    ASSERT_EQ(mpirun_->Wait(0), -1) << mpirun_->Output();
+  }
+  ASSERT_TRUE(ready) << mpirun_->Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5 * kHeartbeatMs));
+  for (int k = 0; k < kNodes; ++k) {
+    bool ok = false;
+    const auto r = Cluster(Socket(k), &ok);
+    ASSERT_TRUE(ok) << k;
+    EXPECT_EQ(r.mode(), "mpi");
+    EXPECT_EQ(r.self(), static_cast<uint32_t>(k));
+    ASSERT_EQ(r.nodes_size(), kNodes) << mpirun_->Output();
+    for (const auto& n : r.nodes()) {
+      EXPECT_EQ(n.state(), "alive") << "node " << k << " sees node " << n.node_id() << ": " << n.lost_reason();
+      if (n.node_id() != r.self()) {
+        EXPECT_GE(n.last_heartbeat_ms_ago(), 0) << "node " << k << " never heard node " << n.node_id();
+        EXPECT_LT(n.last_heartbeat_ms_ago(), kTimeoutMs);
+      }
+      if (k == 0) pids_.push_back(n.pid());
+    }
+    EXPECT_EQ(r.refused_messages(), 0u);
+  }
+  ASSERT_EQ(pids_.size(), static_cast<size_t>(kNodes));
+
+  // A killed daemon: the transport reports it; well inside 2 s.
+  ASSERT_EQ(kill(pids_[2], SIGKILL), 0);
+  std::string why;
+  const int64_t killed_ms = MsUntilLost(Socket(0), 2, 5000, &why);
+  std::printf("node 2 killed: node 0 saw it lost after %lld ms (%s)\n", (long long)killed_ms, why.c_str());
+  EXPECT_GE(killed_ms, 0);
+  EXPECT_LT(killed_ms, 2000);
+  std::string why1;
+  EXPECT_GE(MsUntilLost(Socket(1), 2, 2000, &why1), 0);
+
+  // A stopped daemon: only its silence tells; lost after the heartbeat timeout, not before.
+  ASSERT_EQ(kill(pids_[1], SIGSTOP), 0);
+  const int64_t stopped_ms = MsUntilLost(Socket(0), 1, kTimeoutMs + 3000, &why);
+  std::printf("node 1 stopped: node 0 saw it lost after %lld ms (%s)\n", (long long)stopped_ms, why.c_str());
+  EXPECT_GE(stopped_ms, kTimeoutMs - 2 * kHeartbeatMs);
+  EXPECT_LT(stopped_ms, kTimeoutMs + 1000);
+  EXPECT_NE(why.find("no heartbeat"), std::string::npos) << why;
+  // Lost stays lost, even once it runs again.
+  ASSERT_EQ(kill(pids_[1], SIGCONT), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5 * kHeartbeatMs));
+  bool ok = false;
+  const auto after = Cluster(Socket(0), &ok);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(after.nodes(1).state(), "lost");
+  EXPECT_EQ(after.nodes(0).state(), "alive");
+
+  // The survivor still serves its clients: an exact all-reduce.
+  std::unique_ptr<Client> c;
+  ASSERT_TRUE(Client::Connect({.socket_path = Socket(0), .client_name = "survivor"}, &c).ok());
+  CommunicatorOptions o;
+  o.key = "after-losses";
+  o.world_size = 1;
+  o.rank = 0;
+  std::unique_ptr<Communicator> comm;
+  ASSERT_TRUE(c->CreateCommunicator(o, &comm).ok());
+  Buffer b;
+  ASSERT_TRUE(c->AllocBuffer(256 * 4, &b).ok());
+  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 0, 3, b.data(), 256);
+  Handle h;
+  ASSERT_TRUE(comm->AllReduce(b, b, 256, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+  ASSERT_TRUE(h.Wait().ok());
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 1, 3, b.data(), 256), 0u);
+}
+
+}  // namespace
+}  // namespace collectived
