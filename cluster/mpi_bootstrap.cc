@@ -2,22 +2,13 @@
 
 #include <mpi.h>
 
-#include <cstring>
 #include <random>
 #include <string>
 
+#include "cluster/node_record.h"
+
 namespace collectived::cluster {
 namespace {
-
-// One daemon's record on the wire: fixed fields, then its host and address.
-struct Fixed {
-  uint64_t epoch;
-  int32_t pid;
-  uint32_t host_bytes;
-  uint32_t address_bytes;
-  uint32_t reserved;
-};
-constexpr size_t kMaxRecord = 64 * 1024;  // a UCX worker address is a few hundred bytes
 
 Status MpiError(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -35,19 +26,17 @@ Status MpiBootstrap(const NodeInfo& self, std::vector<NodeInfo>* nodes, uint32_t
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::string mine(sizeof(Fixed), '\0');
-  Fixed f{self.epoch, self.pid, static_cast<uint32_t>(self.host.size()),
-          static_cast<uint32_t>(self.worker_address.size()), 0};
-  std::memcpy(mine.data(), &f, sizeof(f));
-  mine += self.host + self.worker_address;
-  if (mine.size() > kMaxRecord) return Status::InvalidArgument("MPI bootstrap: this daemon's record is too large");
+  NodeInfo me = self;
+  me.node_id = static_cast<uint32_t>(rank);
+  const std::string mine = EncodeNode(me);
+  if (mine.size() > kMaxNodeRecord) return Status::InvalidArgument("MPI bootstrap: this daemon's record is too large");
   const int mine_bytes = static_cast<int>(mine.size());
   std::vector<int> bytes(size), offsets(size);
   rc = MPI_Allgather(&mine_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, MPI_COMM_WORLD);
   if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Allgather");
   int total = 0;
   for (int k = 0; k < size; ++k) {
-    if (bytes[k] < static_cast<int>(sizeof(Fixed)) || bytes[k] > static_cast<int>(kMaxRecord)) {
+    if (bytes[k] <= 0 || bytes[k] > static_cast<int>(kMaxNodeRecord)) {
       return Status::InvalidArgument("MPI bootstrap: rank " + std::to_string(k) + " sent a record of " +
                                      std::to_string(bytes[k]) + " bytes");
     }
@@ -69,17 +58,13 @@ Status MpiBootstrap(const NodeInfo& self, std::vector<NodeInfo>* nodes, uint32_t
   MPI_Finalize();
   nodes->clear();
   for (int k = 0; k < size; ++k) {
-    Fixed g{};
-    std::memcpy(&g, all.data() + offsets[k], sizeof(g));
-    if (sizeof(Fixed) + uint64_t{g.host_bytes} + g.address_bytes != static_cast<uint64_t>(bytes[k])) {
-      return Status::InvalidArgument("MPI bootstrap: rank " + std::to_string(k) + "'s record does not add up");
-    }
     NodeInfo n;
-    n.node_id = static_cast<uint32_t>(k);
-    n.epoch = g.epoch;
-    n.pid = g.pid;
-    n.host.assign(all.data() + offsets[k] + sizeof(Fixed), g.host_bytes);
-    n.worker_address.assign(all.data() + offsets[k] + sizeof(Fixed) + g.host_bytes, g.address_bytes);
+    Status d = DecodeNode(all.substr(offsets[k], bytes[k]), &n);
+    if (!d.ok()) return Status::InvalidArgument("MPI bootstrap: rank " + std::to_string(k) + ": " + d.message());
+    if (n.node_id != static_cast<uint32_t>(k)) {
+      return Status::InvalidArgument("MPI bootstrap: rank " + std::to_string(k) + " claims node " +
+                                     std::to_string(n.node_id));
+    }
     nodes->push_back(std::move(n));
   }
   *self_id = static_cast<uint32_t>(rank);

@@ -20,7 +20,8 @@ constexpr Spelling<Backend> kBackends[] = {
 constexpr Spelling<GpuPath> kGpuPaths[] = {{"fused", GpuPath::kFused}, {"copy-engine", GpuPath::kCopyEngine}};
 constexpr Spelling<GpuMemoryExport> kGpuMemoryExports[] = {
     {"auto", GpuMemoryExport::kAuto}, {"cumem", GpuMemoryExport::kCuMem}, {"legacy-ipc", GpuMemoryExport::kLegacyIpc}};
-constexpr Spelling<ClusterMode> kClusterModes[] = {{"none", ClusterMode::kNone}, {"mpi", ClusterMode::kMpi}};
+constexpr Spelling<ClusterMode> kClusterModes[] = {
+    {"none", ClusterMode::kNone}, {"mpi", ClusterMode::kMpi}, {"coordinator", ClusterMode::kCoordinator}};
 
 template <typename E, size_t N>
 std::vector<std::string> Names(const Spelling<E> (&table)[N]) {

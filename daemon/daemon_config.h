@@ -22,8 +22,9 @@ enum class Backend { kAuto, kHost, kCuda };
 enum class GpuPath { kFused, kCopyEngine };
 
 // How the daemons of a multi-node job meet (docs/multinode.md): kNone, a
-// daemon alone; kMpi, one daemon per rank of an mpirun job.
-enum class ClusterMode { kNone, kMpi };
+// daemon alone; kMpi, one daemon per rank of an mpirun job; kCoordinator,
+// daemons started on their own (systemd) meet at node 0's address.
+enum class ClusterMode { kNone, kMpi, kCoordinator };
 
 struct DaemonConfig {
   std::string socket_path = "/run/collectived/collectived.sock";
@@ -53,6 +54,14 @@ struct DaemonConfig {
   ClusterMode cluster = ClusterMode::kNone;
   uint32_t heartbeat_interval_ms = 250;
   uint32_t heartbeat_timeout_ms = 3000;  // a peer silent this long is lost
+  // kCoordinator: node 0's HOST:PORT, this daemon's node rank, the node
+  // count, the secret every daemon of the cluster is configured with, and
+  // how long the cluster may take to form.
+  std::string coordinator;
+  uint32_t node_rank = 0;
+  uint32_t nodes = 1;
+  std::string cluster_secret;
+  uint32_t cluster_timeout_ms = 60000;
   // Caps on what clients can make the daemon hold, each refused past its
   // limit with RESOURCE_EXHAUSTED naming its flag. With max_fd_connections
   // they bound the daemon's descriptors (FdsNeeded). Ops in flight are bounded

@@ -20,6 +20,7 @@
 #include "daemon/daemon_config.h"
 #include "cluster/membership.h"
 #include "cluster/mpi_bootstrap.h"
+#include "cluster/tcp_bootstrap.h"
 #include "cluster/ucx_transport.h"
 #include "daemon/access.h"
 #include "daemon/fd_server.h"
@@ -113,8 +114,18 @@ int main(int argc, char** argv) {
                  "group whose members may join communicators formed by other members of it")
       ->capture_default_str();
   app.add_option("--cluster", choices.cluster,
-                 "none (a daemon alone) | mpi (one daemon per rank of an mpirun job; docs/multinode.md)")
+                 "none (a daemon alone) | mpi (one daemon per rank of an mpirun job) | coordinator (daemons "
+                 "started on their own meet at node 0; docs/multinode.md)")
       ->capture_default_str()->check(CLI::IsMember(cd::ClusterChoices()));
+  app.add_option("--coordinator", cfg.coordinator, "cluster coordinator: node 0's HOST:PORT")->capture_default_str();
+  app.add_option("--node-rank", cfg.node_rank, "cluster coordinator: this daemon's node id")
+      ->capture_default_str()->check(CLI::Range(0u, 4095u));
+  app.add_option("--nodes", cfg.nodes, "cluster coordinator: how many daemons form the cluster")
+      ->capture_default_str()->check(CLI::Range(1u, 4096u));
+  app.add_option("--cluster-secret", cfg.cluster_secret,
+                 "cluster coordinator: a secret every daemon of the cluster shares (keep the file 0600)");
+  app.add_option("--cluster-timeout-ms", cfg.cluster_timeout_ms, "cluster coordinator: how long the cluster may take to form")
+      ->capture_default_str()->check(CLI::Range(100u, cd::validate::kMaxTimeoutMs));
   app.add_option("--heartbeat-interval-ms", cfg.heartbeat_interval_ms, "cluster: how often daemons tell each other they live")
       ->capture_default_str()->check(CLI::Range(10u, 60000u));
   app.add_option("--heartbeat-timeout-ms", cfg.heartbeat_timeout_ms, "cluster: a daemon silent this long is lost")
@@ -266,7 +277,11 @@ int main(int argc, char** argv) {
   uint64_t cluster_secret = 0;
   std::vector<collectived::cluster::NodeInfo> nodes;
   uint32_t node_id = 0;
-  if (cfg.cluster == cd::ClusterMode::kMpi) {
+  if (cfg.cluster == cd::ClusterMode::kCoordinator && (cfg.coordinator.empty() || cfg.cluster_secret.empty())) {
+    spdlog::critical("--cluster coordinator needs --coordinator HOST:PORT and --cluster-secret");
+    return 2;
+  }
+  if (cfg.cluster != cd::ClusterMode::kNone) {
     if (collectived::Status s = collectived::cluster::UcxTransport::Create(&transport); !s.ok()) {
       spdlog::critical("cluster: {}", s.ToString());
       return 1;
@@ -278,8 +293,23 @@ int main(int argc, char** argv) {
     gethostname(host, sizeof(host) - 1);
     self.host = host;
     self.worker_address = transport->address();
-    if (collectived::Status s = collectived::cluster::MpiBootstrap(self, &nodes, &node_id, &cluster_secret); !s.ok()) {
-      spdlog::critical("cluster: {}", s.ToString());
+    collectived::Status formed;
+    if (cfg.cluster == cd::ClusterMode::kMpi) {
+      formed = collectived::cluster::MpiBootstrap(self, &nodes, &node_id, &cluster_secret);
+    } else {
+      collectived::cluster::CoordinatorOptions o;
+      o.address = cfg.coordinator;
+      o.node_rank = cfg.node_rank;
+      o.nodes = cfg.nodes;
+      o.secret = collectived::cluster::SecretOf(cfg.cluster_secret);
+      o.timeout_ns = int64_t{cfg.cluster_timeout_ms} * 1000000;
+      spdlog::info("cluster: node {} of {} meeting at {}", cfg.node_rank, cfg.nodes, cfg.coordinator);
+      formed = collectived::cluster::CoordinatorBootstrap(self, o, &nodes);
+      node_id = cfg.node_rank;
+      cluster_secret = o.secret;
+    }
+    if (!formed.ok()) {
+      spdlog::critical("cluster: {}", formed.ToString());
       return 1;
     }
   }
@@ -309,7 +339,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cd::Registry registry(cfg, access);
-  if (cfg.cluster == cd::ClusterMode::kMpi) {
+  if (cfg.cluster != cd::ClusterMode::kNone) {
     membership = std::make_unique<collectived::cluster::Membership>(
         node_id, nodes, [](uint32_t node, const std::string& why) {
           spdlog::error("cluster: node {} lost: {}", node, why);
@@ -322,8 +352,9 @@ int main(int argc, char** argv) {
       spdlog::critical("cluster: {}", s.ToString());
       return 1;
     }
-    spdlog::info("cluster: node {} of {} (mpi), heartbeats every {} ms, lost after {} ms", node_id, nodes.size(),
-                 cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms);
+    spdlog::info("cluster: node {} of {} ({}), heartbeats every {} ms, lost after {} ms", node_id, nodes.size(),
+                 cfg.cluster == cd::ClusterMode::kMpi ? "mpi" : "coordinator", cfg.heartbeat_interval_ms,
+                 cfg.heartbeat_timeout_ms);
   }
   cd::FdServer fd_server(&registry, cfg.socket_path + ".fds");
   if (auto s = fd_server.Start(); !s.ok()) {
@@ -346,7 +377,10 @@ int main(int argc, char** argv) {
       [&server] {
         if (server) server->GetHealthCheckService()->SetServingStatus(false);
       });
-  service.SetCluster(cfg.cluster == cd::ClusterMode::kMpi ? "mpi" : "none", membership.get(), transport.get());
+  service.SetCluster(cfg.cluster == cd::ClusterMode::kMpi           ? "mpi"
+                     : cfg.cluster == cd::ClusterMode::kCoordinator ? "coordinator"
+                                                                    : "none",
+                     membership.get(), transport.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);

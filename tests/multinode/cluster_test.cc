@@ -3,9 +3,12 @@
 // alive; a killed daemon (the transport reports it) and a stopped one (only
 // its silence does) are found lost within bounds, lost stays lost, and the
 // survivors keep serving their clients.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -40,11 +43,11 @@ v1::GetClusterResponse Cluster(const std::string& socket, bool* ok) {
 int64_t MsUntilLost(const std::string& observer, uint32_t node, int limit_ms, std::string* why) {
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
+    bool ok = false;
+    const auto r = Cluster(observer, &ok);
     const int64_t ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     if (ms > limit_ms) return -1;
-    bool ok = false;
-    const auto r = Cluster(observer, &ok);
     if (ok && static_cast<int>(node) < r.nodes_size() && r.nodes(node).state() == "lost") {
       *why = r.nodes(node).lost_reason();
       return ms;
@@ -152,6 +155,102 @@ TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
   ASSERT_TRUE(comm->AllReduce(b, b, 256, DataType::kFloat32, ReduceOp::kSum, &h).ok());
   ASSERT_TRUE(h.Wait().ok());
   EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 1, 3, b.data(), 256), 0u);
+}
+
+// A TCP port nothing listens on now (bound, read, released).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Daemons started on their own (as systemd would) meet at node 0's address;
+// a connection that is not one of them is refused and the cluster forms.
+TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
+  setenv("UCX_TLS", "tcp,self", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+  const int port = FreePort();
+  std::vector<std::unique_ptr<Process>> daemons(kNodes);  // by node id
+  auto start = [&](int k) {
+    daemons[k] = std::make_unique<Process>(
+        std::vector<std::string>{COLLECTIVED_DAEMON_BIN, "--cluster", "coordinator", "--coordinator",
+                                 "127.0.0.1:" + std::to_string(port), "--node-rank", std::to_string(k), "--nodes",
+                                 std::to_string(kNodes), "--cluster-secret", "test-secret", "--socket",
+                                 dir_.path() + "/c{node}.sock", "--backend", "host", "--heartbeat-interval-ms",
+                                 std::to_string(kHeartbeatMs), "--heartbeat-timeout-ms", std::to_string(kTimeoutMs),
+                                 "--cluster-timeout-ms", "30000"},
+        dir_.path() + "/daemon" + std::to_string(k) + ".log");
+    pids_.push_back(daemons[k]->pid());
+  };
+  start(0);
+  // Not a daemon of this cluster: a hello with the wrong secret.
+  int intruder = -1;
+  for (int i = 0; i < 100 && intruder < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      intruder = fd;
+    } else {
+      close(fd);
+    }
+  }
+  ASSERT_GE(intruder, 0) << daemons[0]->Output();
+  const char junk[] = "\x20\x00\x00\x00CDHL-but-not-the-secret-at-all..";
+  ASSERT_GT(send(intruder, junk, sizeof(junk) - 1, MSG_NOSIGNAL), 0);
+  char c = 0;
+  EXPECT_LE(recv(intruder, &c, 1, 0), 0) << "the coordinator kept a connection without the secret";
+  close(intruder);
+  start(2);
+  start(1);
+  bool ready = false;
+  for (int i = 0; i < 300 && !ready; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ready = true;
+    for (int k = 0; k < kNodes; ++k) ready &= std::filesystem::exists(Socket(k) + ".fds");
+  }
+  ASSERT_TRUE(ready) << daemons[0]->Output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5 * kHeartbeatMs));
+  for (int k = 0; k < kNodes; ++k) {
+    bool ok = false;
+    const auto r = Cluster(Socket(k), &ok);
+    ASSERT_TRUE(ok) << k;
+    EXPECT_EQ(r.mode(), "coordinator");
+    EXPECT_EQ(r.self(), static_cast<uint32_t>(k));
+    ASSERT_EQ(r.nodes_size(), kNodes);
+    for (const auto& n : r.nodes()) EXPECT_EQ(n.state(), "alive") << k << " sees " << n.node_id();
+  }
+  EXPECT_NE(daemons[0]->Output().find("refused a connection"), std::string::npos) << daemons[0]->Output();
+  daemons[2]->Kill(SIGKILL);
+  std::string why;
+  const int64_t ms = MsUntilLost(Socket(0), 2, 5000, &why);
+  std::printf("coordinator mode, node 2 killed: node 0 saw it lost after %lld ms (%s)\n", (long long)ms, why.c_str());
+  EXPECT_GE(ms, 0);
+  EXPECT_LT(ms, 2000);
+  for (auto& d : daemons) d->Kill(SIGTERM);
+}
+
+// A cluster that cannot form says who is missing, within its timeout.
+TEST(ClusterFormTest, ACoordinatorWhoseNodesNeverComeNamesThem) {
+  TempDir dir;
+  const int port = FreePort();
+  Process d({COLLECTIVED_DAEMON_BIN, "--cluster", "coordinator", "--coordinator", "127.0.0.1:" + std::to_string(port),
+             "--node-rank", "0", "--nodes", "3", "--cluster-secret", "s", "--socket", dir.path() + "/c.sock",
+             "--backend", "host", "--cluster-timeout-ms", "500"},
+            dir.path() + "/daemon.log");
+  EXPECT_EQ(d.Wait(10000), 1) << d.Output();
+  EXPECT_NE(d.Output().find("cluster did not form: nodes 1,2 never reached the coordinator"), std::string::npos)
+      << d.Output();
 }
 
 }  // namespace
