@@ -78,7 +78,7 @@ TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
                                    "-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo", "-x", "UCX_WARN_UNUSED_ENV_VARS=n"};
   if (geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
   for (const std::string& a :
-       {std::string(COLLECTIVED_DAEMON_BIN), std::string("--cluster"), std::string("mpi"), std::string("--socket"),
+       {testing::DaemonBin(), std::string("--cluster"), std::string("mpi"), std::string("--socket"),
         dir_.path() + "/c{node}.sock", std::string("--backend"), std::string("host"), std::string("--log-level"),
         std::string("info"), std::string("--heartbeat-interval-ms"), std::to_string(kHeartbeatMs),
         std::string("--heartbeat-timeout-ms"), std::to_string(kTimeoutMs)}) {
@@ -180,7 +180,7 @@ TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
   std::vector<std::unique_ptr<Process>> daemons(kNodes);  // by node id
   auto start = [&](int k) {
     daemons[k] = std::make_unique<Process>(
-        std::vector<std::string>{COLLECTIVED_DAEMON_BIN, "--cluster", "coordinator", "--coordinator",
+        std::vector<std::string>{testing::DaemonBin(), "--cluster", "coordinator", "--coordinator",
                                  "127.0.0.1:" + std::to_string(port), "--node-rank", std::to_string(k), "--nodes",
                                  std::to_string(kNodes), "--cluster-secret", "test-secret", "--socket",
                                  dir_.path() + "/c{node}.sock", "--backend", "host", "--heartbeat-interval-ms",
@@ -244,7 +244,7 @@ TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
 TEST(ClusterFormTest, ACoordinatorWhoseNodesNeverComeNamesThem) {
   TempDir dir;
   const int port = FreePort();
-  Process d({COLLECTIVED_DAEMON_BIN, "--cluster", "coordinator", "--coordinator", "127.0.0.1:" + std::to_string(port),
+  Process d({testing::DaemonBin(), "--cluster", "coordinator", "--coordinator", "127.0.0.1:" + std::to_string(port),
              "--node-rank", "0", "--nodes", "3", "--cluster-secret", "s", "--socket", dir.path() + "/c.sock",
              "--backend", "host", "--cluster-timeout-ms", "500"},
             dir.path() + "/daemon.log");
