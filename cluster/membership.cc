@@ -46,6 +46,19 @@ void Membership::MarkLost(uint32_t node, const std::string& reason, int64_t now_
   if (on_lost_) on_lost_(node, reason);
 }
 
+bool Membership::Rejoin(const NodeInfo& info, int64_t now_ns) {
+  MutexLock lock(&mu_);
+  if (info.node_id >= nodes_.size() || info.node_id == self_) return false;
+  NodeStatus& n = nodes_[info.node_id];
+  if (n.info.epoch == info.epoch) return false;
+  n.info = info;
+  n.state = NodeState::kAlive;
+  n.last_heartbeat_ns = now_ns;
+  n.lost_ns = 0;
+  n.lost_reason.clear();
+  return true;
+}
+
 void Membership::ExpireSilent(int64_t now_ns, int64_t start_ns, int64_t timeout_ns) {
   std::vector<std::pair<uint32_t, std::string>> lost;
   {

@@ -53,6 +53,10 @@ class Membership {
   // unknown node, another epoch, or a node already lost.
   bool Heartbeat(uint32_t node, uint64_t epoch, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
   void MarkLost(uint32_t node, const std::string& reason, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
+  // A restarted daemon took `info.node_id` back as a new epoch: alive again,
+  // heard from now. False (nothing changed) for this node itself, an unknown
+  // node or the epoch it already has.
+  bool Rejoin(const NodeInfo& info, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
   // Marks lost every node silent for longer than `timeout_ns` (counting from
   // `start_ns` for one never heard from).
   void ExpireSilent(int64_t now_ns, int64_t start_ns, int64_t timeout_ns) COLLECTIVED_EXCLUDES(mu_);

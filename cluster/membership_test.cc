@@ -60,5 +60,28 @@ TEST(MembershipTest, ForeignEpochsAndNodesAreRefused) {
   EXPECT_STREQ(NodeStateName(nodes[0].state), "alive");
 }
 
+// A restarted daemon comes back as a new epoch; the old epoch's heartbeats
+// are then refused.
+TEST(MembershipTest, ARejoinIsANewEpoch) {
+  Membership m(0, Three(), nullptr);
+  m.MarkLost(1, "transport: Connection reset by remote peer", 5);
+  NodeInfo again;
+  again.node_id = 1;
+  again.epoch = 101;  // the same incarnation: nothing changes
+  EXPECT_FALSE(m.Rejoin(again, 10));
+  EXPECT_FALSE(m.Alive(1));
+  again.epoch = 201;
+  again.pid = 4242;
+  EXPECT_TRUE(m.Rejoin(again, 10));
+  EXPECT_TRUE(m.Alive(1));
+  const auto nodes = m.Nodes();
+  EXPECT_EQ(nodes[1].info.pid, 4242);
+  EXPECT_TRUE(nodes[1].lost_reason.empty());
+  EXPECT_FALSE(m.Heartbeat(1, 101, 11));
+  EXPECT_TRUE(m.Heartbeat(1, 201, 11));
+  again.node_id = 0;
+  EXPECT_FALSE(m.Rejoin(again, 12));  // never itself
+}
+
 }  // namespace
 }  // namespace collectived::cluster

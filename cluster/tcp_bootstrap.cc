@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -77,7 +78,40 @@ Status Resolve(const std::string& address, addrinfo** out) {
   return Status::Ok();
 }
 
-Status Coordinate(const NodeInfo& self, const CoordinatorOptions& o, std::vector<NodeInfo>* nodes) {
+// A daemon's hello on a fresh coordinator connection: magic, secret and node
+// count as configured, then its record.
+Status ReadHello(int fd, const CoordinatorOptions& o, NodeInfo* n) {
+  std::string bytes;
+  COLLECTIVED_RETURN_IF_ERROR(RecvFrame(fd, sizeof(Hello) + kMaxNodeRecord, ring::NowNs() + kHelloTimeoutNs, &bytes));
+  if (bytes.size() < sizeof(Hello)) return Status::InvalidArgument("short hello");
+  Hello h{};
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  if (h.magic != kHelloMagic || h.secret != o.secret) {
+    return Status::PermissionDenied("not a daemon of this cluster (wrong magic or secret)");
+  }
+  if (h.nodes != o.nodes) {
+    return Status::InvalidArgument("it counts " + std::to_string(h.nodes) + " nodes, this coordinator " +
+                                   std::to_string(o.nodes));
+  }
+  COLLECTIVED_RETURN_IF_ERROR(DecodeNode(bytes.substr(sizeof(Hello)), n));
+  if (n->node_id == 0 || n->node_id >= o.nodes) {
+    return Status::InvalidArgument("node rank " + std::to_string(n->node_id) + " is out of range");
+  }
+  return Status::Ok();
+}
+
+std::string EncodeTable(const std::vector<NodeInfo>& nodes) {
+  std::string table;
+  for (const NodeInfo& n : nodes) {
+    const std::string r = EncodeNode(n);
+    const uint32_t len = static_cast<uint32_t>(r.size());
+    table.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    table += r;
+  }
+  return table;
+}
+
+Status Coordinate(const NodeInfo& self, const CoordinatorOptions& o, std::vector<NodeInfo>* nodes, int* kept_fd) {
   addrinfo* ai = nullptr;
   COLLECTIVED_RETURN_IF_ERROR(Resolve(o.address, &ai));
   const int listen_fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -107,24 +141,10 @@ Status Coordinate(const NodeInfo& self, const CoordinatorOptions& o, std::vector
     if (poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left / 1000000 + 1, 1000))) <= 0) continue;
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    std::string hello_bytes, record;
-    Hello h{};
     NodeInfo n;
-    Status s = RecvFrame(fd, sizeof(Hello) + kMaxNodeRecord, ring::NowNs() + kHelloTimeoutNs, &hello_bytes);
-    if (s.ok() && hello_bytes.size() < sizeof(Hello)) s = Status::InvalidArgument("short hello");
-    if (s.ok()) {
-      std::memcpy(&h, hello_bytes.data(), sizeof(h));
-      if (h.magic != kHelloMagic || h.secret != o.secret) {
-        s = Status::PermissionDenied("not a daemon of this cluster (wrong magic or secret)");
-      } else if (h.nodes != o.nodes) {
-        s = Status::InvalidArgument("it counts " + std::to_string(h.nodes) + " nodes, this coordinator " +
-                                    std::to_string(o.nodes));
-      } else {
-        s = DecodeNode(hello_bytes.substr(sizeof(Hello)), &n);
-      }
-    }
-    if (s.ok() && (n.node_id == 0 || n.node_id >= o.nodes || joined.count(n.node_id))) {
-      s = Status::AlreadyExists("node rank " + std::to_string(n.node_id) + " is taken or out of range");
+    Status s = ReadHello(fd, o, &n);
+    if (s.ok() && joined.count(n.node_id)) {
+      s = Status::AlreadyExists("node rank " + std::to_string(n.node_id) + " is taken");
     }
     if (!s.ok()) {
       spdlog::warn("cluster coordinator: refused a connection: {}", s.ToString());
@@ -134,17 +154,10 @@ Status Coordinate(const NodeInfo& self, const CoordinatorOptions& o, std::vector
     spdlog::info("cluster coordinator: node {} ({}, pid {}) joined", n.node_id, n.host, n.pid);
     joined[n.node_id] = {fd, std::move(n)};
   }
-  close(listen_fd);
   if (result.ok()) {
     nodes->assign(1, self);
     for (auto& [rank, entry] : joined) nodes->push_back(entry.second);
-    std::string table;
-    for (const NodeInfo& n : *nodes) {
-      const std::string r = EncodeNode(n);
-      const uint32_t len = static_cast<uint32_t>(r.size());
-      table.append(reinterpret_cast<const char*>(&len), sizeof(len));
-      table += r;
-    }
+    const std::string table = EncodeTable(*nodes);
     for (auto& [rank, entry] : joined) {
       if (Status s = SendFrame(entry.first, table, ring::NowNs() + kHelloTimeoutNs); !s.ok()) {
         spdlog::warn("cluster coordinator: node {} did not take the table: {}", rank, s.ToString());
@@ -152,6 +165,11 @@ Status Coordinate(const NodeInfo& self, const CoordinatorOptions& o, std::vector
     }
   }
   for (auto& [rank, entry] : joined) close(entry.first);
+  if (result.ok()) {
+    *kept_fd = listen_fd;  // for RejoinService
+  } else {
+    close(listen_fd);
+  }
   return result;
 }
 
@@ -178,7 +196,13 @@ Status Join(const NodeInfo& self, const CoordinatorOptions& o, std::vector<NodeI
     Status s = SendFrame(fd, hello, deadline);
     if (s.ok()) s = RecvFrame(fd, o.nodes * (kMaxNodeRecord + 4), deadline, &table);
     close(fd);
-    if (!s.ok()) return Status(s.code(), "cluster coordinator at " + o.address + ": " + s.message());
+    if (!s.ok()) {
+      // Refused (say, a restarted daemon whose old incarnation the
+      // coordinator does not see lost yet): try again until the deadline.
+      last = Status(s.code(), "cluster coordinator at " + o.address + ": " + s.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
     nodes->clear();
     for (size_t at = 0; at < table.size();) {
       uint32_t len = 0;
@@ -200,14 +224,59 @@ Status Join(const NodeInfo& self, const CoordinatorOptions& o, std::vector<NodeI
 
 }  // namespace
 
-Status CoordinatorBootstrap(const NodeInfo& self, const CoordinatorOptions& options, std::vector<NodeInfo>* nodes) {
+Status CoordinatorBootstrap(const NodeInfo& self, const CoordinatorOptions& options, std::vector<NodeInfo>* nodes,
+                            int* listen_fd) {
+  *listen_fd = -1;
   if (options.nodes == 0 || options.node_rank >= options.nodes) {
     return Status::InvalidArgument("--node-rank " + std::to_string(options.node_rank) + " is not below --nodes " +
                                    std::to_string(options.nodes));
   }
   NodeInfo me = self;
   me.node_id = options.node_rank;
-  return options.node_rank == 0 ? Coordinate(me, options, nodes) : Join(me, options, nodes);
+  return options.node_rank == 0 ? Coordinate(me, options, nodes, listen_fd) : Join(me, options, nodes);
+}
+
+RejoinService::RejoinService(int listen_fd, CoordinatorOptions options, std::vector<NodeInfo> table,
+                             std::function<bool(uint32_t)> is_lost, std::function<void(const NodeInfo&)> rejoined)
+    : listen_fd_(listen_fd),
+      options_(std::move(options)),
+      table_(std::move(table)),
+      is_lost_(std::move(is_lost)),
+      rejoined_(std::move(rejoined)) {}
+
+RejoinService::~RejoinService() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  close(listen_fd_);
+}
+
+void RejoinService::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void RejoinService::Loop() {
+  pthread_setname_np(pthread_self(), "cd-rejoin");
+  while (!stop_.load()) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;  // 100 ms: how soon the destructor is noticed
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    NodeInfo n;
+    Status s = ReadHello(fd, options_, &n);
+    if (s.ok() && !is_lost_(n.node_id)) {
+      s = Status::AlreadyExists("node " + std::to_string(n.node_id) + " is alive (epoch " +
+                                std::to_string(table_[n.node_id].epoch) + ")");
+    }
+    if (s.ok()) {
+      table_[n.node_id] = n;
+      s = SendFrame(fd, EncodeTable(table_), ring::NowNs() + kHelloTimeoutNs);
+    }
+    close(fd);
+    if (!s.ok()) {
+      spdlog::warn("cluster coordinator: refused a rejoin: {}", s.ToString());
+      continue;
+    }
+    spdlog::info("cluster coordinator: node {} ({}, pid {}) rejoined as epoch {}", n.node_id, n.host, n.pid, n.epoch);
+    rejoined_(n);
+  }
 }
 
 uint64_t SecretOf(const std::string& text) {

@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cluster/node_record.h"
 #include "ring/wait.h"
 
 namespace collectived::cluster {
 namespace {
 
 constexpr unsigned kHeartbeatAm = 1;
+constexpr unsigned kNodeUpdateAm = 2;  // node 0 tells the others a node rejoined
 constexpr uint64_t kHeartbeatMagic = 0x3142484443ULL;  // "CDHB1"
+constexpr uint64_t kNodeUpdateMagic = 0x3155484443ULL;  // "CDHU1"
 
 // The heartbeat, as its active message header (no payload).
 struct Heartbeat {
@@ -32,11 +35,17 @@ Status UcxStatus(ucs_status_t s, const char* what) {
 
 }  // namespace
 
+struct UcxTransport::Announcement {
+  Heartbeat header;
+  std::string record;
+};
+
 struct UcxTransport::Peer {
   UcxTransport* transport = nullptr;
   uint32_t node = 0;
   ucp_ep_h ep = nullptr;
   std::atomic<bool> failed{false};
+  bool retired = false;  // replaced by a rejoin: its endpoint's errors mean nothing
   // The heartbeat in flight to this peer and its header, which must stay
   // valid until the send completes; a slow peer is not sent another before.
   void* request = nullptr;
@@ -87,6 +96,19 @@ Status UcxTransport::Create(std::unique_ptr<UcxTransport>* out) {
   };
   s = ucp_worker_set_am_recv_handler(worker, &hp);
   if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
+  hp.id = kNodeUpdateAm;
+  hp.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+             const ucp_am_recv_param_t* param) -> ucs_status_t {
+    auto* self = static_cast<UcxTransport*>(arg);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {  // a record is small: never rendezvous
+      self->refused_.fetch_add(1);
+      return UCS_OK;
+    }
+    self->OnNodeUpdate(header, header_length, data, length);
+    return UCS_OK;
+  };
+  s = ucp_worker_set_am_recv_handler(worker, &hp);
+  if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
   *out = std::move(t);
   return Status::Ok();
 }
@@ -108,13 +130,14 @@ UcxTransport::~UcxTransport() {
   for (auto& p : peers_) {
     if (p->request != nullptr) ucp_request_free(p->request);
   }
+  for (void* r : closing_) ucp_request_free(r);
   if (worker != nullptr) ucp_worker_destroy(worker);
   if (context_ != nullptr) ucp_cleanup(static_cast<ucp_context_h>(context_));
 }
 
 void UcxTransport::OnEndpointError(void* arg, void*, int status) {
   auto* peer = static_cast<Peer*>(arg);
-  if (peer->failed.exchange(true)) return;
+  if (peer->retired || peer->failed.exchange(true)) return;
   peer->transport->membership_->MarkLost(
       peer->node, std::string("transport: ") + ucs_status_string(static_cast<ucs_status_t>(status)), ring::NowNs());
 }
@@ -128,22 +151,96 @@ Status UcxTransport::Start(Membership* membership, const Options& options) {
     auto peer = std::make_unique<Peer>();
     peer->transport = this;
     peer->node = n.info.node_id;
-    if (n.info.node_id != membership->self()) {
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(n.info.worker_address.data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      ep.err_handler.cb = [](void* arg, ucp_ep_h e, ucs_status_t s) { OnEndpointError(arg, e, s); };
-      ep.err_handler.arg = peer.get();
-      ucs_status_t s = ucp_ep_create(worker, &ep, &peer->ep);
-      if (s != UCS_OK) return UcxStatus(s, ("endpoint to node " + std::to_string(n.info.node_id)).c_str());
-    }
+    if (n.info.node_id != membership->self()) COLLECTIVED_RETURN_IF_ERROR(Connect(peer.get(), n.info));
     peers_.push_back(std::move(peer));
   }
   start_ns_ = ring::NowNs();
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
+}
+
+Status UcxTransport::Connect(Peer* peer, const NodeInfo& info) {
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(info.worker_address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = [](void* arg, ucp_ep_h e, ucs_status_t s) { OnEndpointError(arg, e, s); };
+  ep.err_handler.arg = peer;
+  ucs_status_t s = ucp_ep_create(static_cast<ucp_worker_h>(worker_), &ep, &peer->ep);
+  if (s != UCS_OK) return UcxStatus(s, ("endpoint to node " + std::to_string(info.node_id)).c_str());
+  return Status::Ok();
+}
+
+void UcxTransport::Rejoined(const NodeInfo& info) {
+  MutexLock lock(&rejoin_mu_);
+  rejoins_.push_back(info);
+}
+
+void UcxTransport::OnNodeUpdate(const void* header, size_t header_length, const void* data, size_t length) {
+  Heartbeat h{};
+  NodeInfo info;
+  if (header_length != sizeof(h) || length > kMaxNodeRecord) {
+    refused_.fetch_add(1);
+    return;
+  }
+  std::memcpy(&h, header, sizeof(h));
+  // Only node 0 (the coordinator) announces rejoins.
+  if (h.magic != kNodeUpdateMagic || h.secret != options_.secret || h.node != 0 || membership_->self() == 0 ||
+      !DecodeNode(std::string(static_cast<const char*>(data), length), &info).ok() ||
+      info.node_id >= peers_.size()) {
+    refused_.fetch_add(1);
+    return;
+  }
+  MutexLock lock(&rejoin_mu_);
+  rejoins_.push_back(std::move(info));
+}
+
+void UcxTransport::ApplyRejoins() {
+  std::vector<NodeInfo> rejoins;
+  {
+    MutexLock lock(&rejoin_mu_);
+    rejoins.swap(rejoins_);
+  }
+  const uint32_t self = membership_->self();
+  for (const NodeInfo& info : rejoins) {
+    if (info.node_id >= peers_.size() || info.node_id == self || !membership_->Rejoin(info, ring::NowNs())) continue;
+    // A new endpoint to the new incarnation; the old one is closed by force.
+    std::unique_ptr<Peer>& slot = peers_[info.node_id];
+    auto fresh = std::make_unique<Peer>();
+    fresh->transport = this;
+    fresh->node = info.node_id;
+    Status c = Connect(fresh.get(), info);
+    if (slot->ep != nullptr) {
+      ucp_request_param_t rp{};
+      rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      slot->retired = true;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(slot->ep, &rp);
+      if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+      if (slot->request != nullptr) closing_.push_back(slot->request);
+    }
+    retired_.push_back(std::move(slot));
+    slot = std::move(fresh);
+    if (!c.ok()) {
+      membership_->MarkLost(info.node_id, "rejoined, but " + c.message(), ring::NowNs());
+      continue;
+    }
+    spdlog::info("cluster: node {} rejoined as epoch {} (pid {})", info.node_id, info.epoch, info.pid);
+    if (self != 0) continue;
+    // The coordinator tells every other node.
+    announcements_.push_back(Announcement{Heartbeat{kNodeUpdateMagic, options_.secret, 0, 0, self, 0}, EncodeNode(info)});
+    Announcement& a = announcements_.back();
+    for (auto& p : peers_) {
+      if (p->ep == nullptr || p->failed.load() || p->node == info.node_id || !membership_->Alive(p->node)) continue;
+      ucp_request_param_t rp{};
+      rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      rp.flags = UCP_AM_SEND_FLAG_EAGER;
+      ucs_status_ptr_t r =
+          ucp_am_send_nbx(p->ep, kNodeUpdateAm, &a.header, sizeof(a.header), a.record.data(), a.record.size(), &rp);
+      if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+    }
+  }
 }
 
 void UcxTransport::Stop() {
@@ -197,6 +294,18 @@ void UcxTransport::Loop() {
         ucp_request_free(p->request);
         p->request = nullptr;
       }
+    }
+    ApplyRejoins();
+    closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
+                                  [](void* r) {
+                                    if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+                                    ucp_request_free(r);
+                                    return true;
+                                  }),
+                   closing_.end());
+    if (closing_.empty()) {
+      retired_.clear();
+      announcements_.clear();
     }
     const int64_t now = ring::NowNs();
     if (now >= next_heartbeat) {

@@ -9,12 +9,15 @@
 #define COLLECTIVED_CLUSTER_UCX_TRANSPORT_H_
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "cluster/membership.h"
 #include "collectived/status.h"
 
@@ -41,12 +44,22 @@ class UcxTransport {
   // Heartbeats refused (bad size, magic, secret, node or epoch) so far.
   uint64_t refused() const { return refused_.load(); }
 
+  // A restarted daemon rejoined (told by the coordinator's RejoinService, on
+  // node 0): this daemon takes it back and, on node 0, tells every other
+  // node. Thread-safe: the progress thread applies it.
+  void Rejoined(const NodeInfo& info) COLLECTIVED_EXCLUDES(rejoin_mu_);
+
  private:
   struct Peer;
   UcxTransport() = default;
   void Loop();
   void SendHeartbeats();
   void OnHeartbeat(const void* header, size_t length);
+  void OnNodeUpdate(const void* header, size_t header_length, const void* data, size_t length);
+  // The progress thread's: takes each queued rejoin (membership, endpoint;
+  // node 0 also announces it).
+  void ApplyRejoins() COLLECTIVED_EXCLUDES(rejoin_mu_);
+  Status Connect(Peer* peer, const NodeInfo& info);
   static void OnEndpointError(void* arg, void* ep, int status);
 
   void* context_ = nullptr;  // ucp_context_h
@@ -56,6 +69,13 @@ class UcxTransport {
   Membership* membership_ = nullptr;
   Options options_;
   std::vector<std::unique_ptr<Peer>> peers_;  // by node id; the loop thread's after Start
+  // Peers replaced by a rejoin, kept until their endpoints closed.
+  std::vector<std::unique_ptr<Peer>> retired_;
+  std::vector<void*> closing_;                 // ep close and announcement requests in flight
+  struct Announcement;
+  std::deque<Announcement> announcements_;     // header and record of each, alive until sent
+  Mutex rejoin_mu_;
+  std::vector<NodeInfo> rejoins_ COLLECTIVED_GUARDED_BY(rejoin_mu_);
   uint64_t seq_ = 0;
   int64_t start_ns_ = 0;
   std::atomic<uint64_t> refused_{0};

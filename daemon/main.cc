@@ -277,6 +277,9 @@ int main(int argc, char** argv) {
   uint64_t cluster_secret = 0;
   std::vector<collectived::cluster::NodeInfo> nodes;
   uint32_t node_id = 0;
+  int coordinator_fd = -1;  // node 0 in coordinator mode: kept for restarted daemons to rejoin
+  collectived::cluster::CoordinatorOptions coordinator;
+  std::unique_ptr<collectived::cluster::RejoinService> rejoin;
   if (cfg.cluster == cd::ClusterMode::kCoordinator && (cfg.coordinator.empty() || cfg.cluster_secret.empty())) {
     spdlog::critical("--cluster coordinator needs --coordinator HOST:PORT and --cluster-secret");
     return 2;
@@ -297,16 +300,15 @@ int main(int argc, char** argv) {
     if (cfg.cluster == cd::ClusterMode::kMpi) {
       formed = collectived::cluster::MpiBootstrap(self, &nodes, &node_id, &cluster_secret);
     } else {
-      collectived::cluster::CoordinatorOptions o;
-      o.address = cfg.coordinator;
-      o.node_rank = cfg.node_rank;
-      o.nodes = cfg.nodes;
-      o.secret = collectived::cluster::SecretOf(cfg.cluster_secret);
-      o.timeout_ns = int64_t{cfg.cluster_timeout_ms} * 1000000;
+      coordinator.address = cfg.coordinator;
+      coordinator.node_rank = cfg.node_rank;
+      coordinator.nodes = cfg.nodes;
+      coordinator.secret = collectived::cluster::SecretOf(cfg.cluster_secret);
+      coordinator.timeout_ns = int64_t{cfg.cluster_timeout_ms} * 1000000;
       spdlog::info("cluster: node {} of {} meeting at {}", cfg.node_rank, cfg.nodes, cfg.coordinator);
-      formed = collectived::cluster::CoordinatorBootstrap(self, o, &nodes);
+      formed = collectived::cluster::CoordinatorBootstrap(self, coordinator, &nodes, &coordinator_fd);
       node_id = cfg.node_rank;
-      cluster_secret = o.secret;
+      cluster_secret = coordinator.secret;
     }
     if (!formed.ok()) {
       spdlog::critical("cluster: {}", formed.ToString());
@@ -351,6 +353,13 @@ int main(int argc, char** argv) {
     if (collectived::Status s = transport->Start(membership.get(), o); !s.ok()) {
       spdlog::critical("cluster: {}", s.ToString());
       return 1;
+    }
+    if (coordinator_fd >= 0) {
+      rejoin = std::make_unique<collectived::cluster::RejoinService>(
+          coordinator_fd, coordinator, nodes,
+          [m = membership.get()](uint32_t node) { return !m->Alive(node); },
+          [t = transport.get()](const collectived::cluster::NodeInfo& info) { t->Rejoined(info); });
+      rejoin->Start();
     }
     spdlog::info("cluster: node {} of {} ({}), heartbeats every {} ms, lost after {} ms", node_id, nodes.size(),
                  cfg.cluster == cd::ClusterMode::kMpi ? "mpi" : "coordinator", cfg.heartbeat_interval_ms,
@@ -431,6 +440,7 @@ int main(int argc, char** argv) {
   acceptor.Stop();  // no new connections while the open ones finish
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   fd_server.Stop();
+  rejoin.reset();
   if (transport) transport->Stop();
   unlink(cfg.socket_path.c_str());
   close(lock_fd);

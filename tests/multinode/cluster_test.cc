@@ -179,6 +179,7 @@ TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
   const int port = FreePort();
   std::vector<std::unique_ptr<Process>> daemons(kNodes);  // by node id
   auto start = [&](int k) {
+    if (daemons[k]) daemons[k]->Wait(5000);  // a restart: the killed one is reaped first
     daemons[k] = std::make_unique<Process>(
         std::vector<std::string>{testing::DaemonBin(), "--cluster", "coordinator", "--coordinator",
                                  "127.0.0.1:" + std::to_string(port), "--node-rank", std::to_string(k), "--nodes",
@@ -237,6 +238,34 @@ TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
   std::printf("coordinator mode, node 2 killed: node 0 saw it lost after %lld ms (%s)\n", (long long)ms, why.c_str());
   EXPECT_GE(ms, 0);
   EXPECT_LT(ms, 2000);
+
+  // Restarted as it was started, node 2 rejoins as a new epoch: every node
+  // sees it alive again and hears its heartbeats.
+  bool ok = false;
+  const uint64_t old_epoch = Cluster(Socket(0), &ok).nodes(2).epoch();
+  ASSERT_TRUE(ok);
+  std::filesystem::remove(Socket(2) + ".fds");
+  const auto t0 = std::chrono::steady_clock::now();
+  start(2);
+  bool back = false;
+  while (!back && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    back = std::filesystem::exists(Socket(2) + ".fds");
+    for (int k = 0; k < kNodes && back; ++k) {
+      const auto r = Cluster(Socket(k), &ok);
+      back = ok && r.nodes_size() == kNodes;
+      for (const auto& n : r.nodes()) back = back && n.state() == "alive" && (n.node_id() == r.self() || n.last_heartbeat_ms_ago() >= 0);
+    }
+  }
+  const int64_t rejoin_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("node 2 restarted: every node saw it alive again after %lld ms\n", (long long)rejoin_ms);
+  ASSERT_TRUE(back) << daemons[0]->Output() << daemons[2]->Output();
+  const auto r0 = Cluster(Socket(0), &ok);
+  const auto r1 = Cluster(Socket(1), &ok);
+  EXPECT_NE(r0.nodes(2).epoch(), old_epoch);
+  EXPECT_EQ(r1.nodes(2).epoch(), r0.nodes(2).epoch());  // node 1 heard of the new epoch from node 0
+  EXPECT_EQ(r0.nodes(2).pid(), daemons[2]->pid());
   for (auto& d : daemons) d->Kill(SIGTERM);
 }
 
