@@ -68,21 +68,14 @@ class AccessTest : public ::testing::Test {
 
     victim_ = daemon_.Connect("victim");
     ASSERT_NE(victim_, nullptr);
-    CommunicatorOptions o;
-    o.key = "victim-solo";
-    o.world_size = 1;
-    o.rank = 0;
-    o.mode = ExecutionMode::kDaemon;
+    CommunicatorOptions o = testing::CommOptions("victim-solo", 1, 0, ExecutionMode::kDaemon);
     ASSERT_TRUE(victim_->CreateCommunicator(o, &comm_).ok());
     ASSERT_TRUE(victim_->AllocBuffer(64 * 4, &buffer_).ok());
     // A second job of root's, still forming: rank 0 waits for rank 1.
     forming_client_ = daemon_.Connect("victim-forming");
     ASSERT_NE(forming_client_, nullptr);
     forming_ = std::thread([this] {
-      CommunicatorOptions f;
-      f.key = "victim-forming";
-      f.world_size = 2;
-      f.rank = 0;
+      CommunicatorOptions f = testing::CommOptions("victim-forming", 2, 0);
       f.join_timeout_ms = 20000;
       forming_status_ = forming_client_->CreateCommunicator(f, &forming_comm_);
     });
@@ -92,10 +85,7 @@ class AccessTest : public ::testing::Test {
     if (forming_.joinable()) {
       // Form it from root's side if nobody did, so the thread ends.
       auto rank1 = daemon_.Connect("victim-rank1");
-      CommunicatorOptions f;
-      f.key = "victim-forming";
-      f.world_size = 2;
-      f.rank = 1;
+      CommunicatorOptions f = testing::CommOptions("victim-forming", 2, 1);
       std::unique_ptr<Communicator> c;
       if (rank1) rank1_status_ = rank1->CreateCommunicator(f, &c);
       forming_.join();

@@ -101,6 +101,17 @@ inline double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// The options of rank `rank` of communicator `key` (world `world`), as most tests join.
+inline CommunicatorOptions CommOptions(const std::string& key, uint32_t world, uint32_t rank,
+                                       ExecutionMode mode = ExecutionMode::kDefault) {
+  CommunicatorOptions o;
+  o.key = key;
+  o.world_size = world;
+  o.rank = rank;
+  o.mode = mode;
+  return o;
+}
+
 class TempDir {
  public:
   TempDir() {

@@ -360,11 +360,8 @@ TEST(DaemonIdleTest, FourHundredIdleCommunicatorsCostAlmostNoCpu) {
     clients.push_back(d.Connect("idle-" + std::to_string(c)));
     ASSERT_NE(clients.back(), nullptr);
     for (int i = 0; i < kPerClient; ++i) {
-      CommunicatorOptions o;
-      o.key = "idle-" + std::to_string(c) + "-" + std::to_string(i);
-      o.world_size = 1;
-      o.rank = 0;
-      o.mode = ExecutionMode::kDaemon;
+      CommunicatorOptions o =
+          testing::CommOptions("idle-" + std::to_string(c) + "-" + std::to_string(i), 1, 0, ExecutionMode::kDaemon);
       std::unique_ptr<Communicator> comm;
       ASSERT_TRUE(clients.back()->CreateCommunicator(o, &comm).ok()) << o.key;
       comms.push_back(std::move(comm));
@@ -388,18 +385,10 @@ TEST(DaemonIdleTest, FourHundredIdleCommunicatorsCostAlmostNoCpu) {
   ASSERT_TRUE(lone && partner);
   std::unique_ptr<Communicator> pair0, pair1;
   std::thread join1([&] {
-    CommunicatorOptions o;
-    o.key = "idle-pair";
-    o.world_size = 2;
-    o.rank = 1;
-    o.mode = ExecutionMode::kDaemon;
+    CommunicatorOptions o = testing::CommOptions("idle-pair", 2, 1, ExecutionMode::kDaemon);
     EXPECT_TRUE(partner->CreateCommunicator(o, &pair1).ok());
   });
-  CommunicatorOptions o;
-  o.key = "idle-pair";
-  o.world_size = 2;
-  o.rank = 0;
-  o.mode = ExecutionMode::kDaemon;
+  CommunicatorOptions o = testing::CommOptions("idle-pair", 2, 0, ExecutionMode::kDaemon);
   ASSERT_TRUE(lone->CreateCommunicator(o, &pair0).ok());
   join1.join();
   Buffer lb, pb;

@@ -333,10 +333,7 @@ class HostileInputTest : public ::testing::Test {
   void ExpectServed(const std::string& key) {
     auto c = daemon_.Connect("after-" + key);
     ASSERT_NE(c, nullptr);
-    CommunicatorOptions o;
-    o.key = key;
-    o.world_size = 1;
-    o.rank = 0;
+    CommunicatorOptions o = testing::CommOptions(key, 1, 0);
     std::unique_ptr<Communicator> comm;
     ASSERT_TRUE(c->CreateCommunicator(o, &comm).ok());
     Buffer b;
@@ -355,11 +352,7 @@ class HostileInputTest : public ::testing::Test {
 TEST_F(HostileInputTest, EveryFieldOfEveryRpcGetsItsCodeAndNamesTheField) {
   auto c = daemon_.Connect("hostile-owner");
   ASSERT_NE(c, nullptr);
-  CommunicatorOptions o;
-  o.key = "hostile";
-  o.world_size = 1;
-  o.rank = 0;
-  o.mode = ExecutionMode::kDaemon;
+  CommunicatorOptions o = testing::CommOptions("hostile", 1, 0, ExecutionMode::kDaemon);
   std::unique_ptr<Communicator> comm;
   ASSERT_TRUE(c->CreateCommunicator(o, &comm).ok());
   Buffer b;

@@ -142,10 +142,7 @@ TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
   // The survivor still serves its clients: an exact all-reduce.
   std::unique_ptr<Client> c;
   ASSERT_TRUE(Client::Connect({.socket_path = Socket(0), .client_name = "survivor"}, &c).ok());
-  CommunicatorOptions o;
-  o.key = "after-losses";
-  o.world_size = 1;
-  o.rank = 0;
+  CommunicatorOptions o = testing::CommOptions("after-losses", 1, 0);
   std::unique_ptr<Communicator> comm;
   ASSERT_TRUE(c->CreateCommunicator(o, &comm).ok());
   Buffer b;
