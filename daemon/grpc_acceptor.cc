@@ -23,6 +23,7 @@ namespace {
 constexpr int kPollMs = 100;                     // also how soon Stop() is noticed
 constexpr int64_t kAcceptPauseNs = 100'000'000;  // out of fds: retry accepting after this
 constexpr int64_t kLogEveryNs = 5'000'000'000;
+constexpr int64_t kTombstoneNs = 5'000'000'000;  // calls look their caller up as they start: far longer
 
 }  // namespace
 
@@ -59,14 +60,28 @@ bool GrpcAcceptor::Lookup(const std::string& peer, ipc::PeerCredentials* out) co
   if (end == peer.c_str() + 3 || *end != '\0') return false;
   MutexLock lock(&mu_);
   auto it = by_fd_.find(static_cast<int>(fd));
-  if (it == by_fd_.end()) return false;
+  // Unread credentials (uid unknown) must not match each other: refused.
+  if (it == by_fd_.end() || it->second.closed_ns != 0 || it->second.peer.uid == UINT32_MAX) return false;
   *out = it->second.peer;
   return true;
 }
 
 size_t GrpcAcceptor::connections() const {
   MutexLock lock(&mu_);
-  return by_fd_.size();
+  size_t open = 0;
+  for (const auto& [fd, e] : by_fd_) open += e.closed_ns == 0;
+  return open;
+}
+
+int GrpcAcceptor::UnusedNumber(int sock) {
+  MutexLock lock(&mu_);
+  while (by_fd_.count(sock) != 0) {
+    const int moved = fcntl(sock, F_DUPFD_CLOEXEC, sock + 1);
+    close(sock);
+    if (moved < 0) return -1;
+    sock = moved;
+  }
+  return sock;
 }
 
 void GrpcAcceptor::Loop() {
@@ -95,9 +110,16 @@ void GrpcAcceptor::Loop() {
       close(w.dup_fd);
       MutexLock lock(&mu_);
       auto it = by_fd_.find(w.grpc_fd);
-      if (it != by_fd_.end() && it->second.serial == w.serial) by_fd_.erase(it);
+      if (it != by_fd_.end() && it->second.serial == w.serial) it->second.closed_ns = ring::NowNs();
     }
     watches_.swap(kept);
+    {
+      const int64_t now = ring::NowNs();
+      MutexLock lock(&mu_);
+      for (auto it = by_fd_.begin(); it != by_fd_.end();) {
+        it = it->second.closed_ns != 0 && now - it->second.closed_ns > kTombstoneNs ? by_fd_.erase(it) : std::next(it);
+      }
+    }
     if (accepting && (polled[0].revents & POLLIN)) AcceptPending(ring::NowNs(), &paused_until_ns);
   }
 }
@@ -109,6 +131,12 @@ void GrpcAcceptor::AcceptPending(int64_t now_ns, int64_t* paused_until_ns) {
     Status s = ipc::AcceptPending(listen_fd_, &sock);
     if (s.code() == StatusCode::kUnavailable) return;
     int watch = -1;
+    if (s.ok()) {
+      // A number still in the map belonged to a connection gRPC closed (maybe
+      // with a call still running under it): never reuse it for another.
+      sock = UnusedNumber(sock);
+      if (sock < 0) s = Status::ResourceExhausted(std::string("cannot move a connection: ") + std::strerror(errno));
+    }
     if (s.ok()) {
       watch = fcntl(sock, F_DUPFD_CLOEXEC, 0);
       if (watch < 0) {

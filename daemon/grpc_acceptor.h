@@ -52,13 +52,20 @@ class GrpcAcceptor {
     int grpc_fd;
     uint64_t serial;
   };
+  // A connection's credentials by the number gRPC knows it by. The number
+  // stays reserved (a tombstone, closed_ns set) for a while after the
+  // connection ended, since a call of it may still be running: a new
+  // connection is never handed to gRPC under a number still in this map.
   struct Entry {
     ipc::PeerCredentials peer;
-    uint64_t serial;  // fd numbers are reused: an entry is dropped only by its own connection
+    uint64_t serial;       // fd numbers are reused: an entry is closed only by its own connection
+    int64_t closed_ns = 0;  // when its connection ended; 0: open
   };
 
   void Loop();
   void AcceptPending(int64_t now_ns, int64_t* paused_until_ns);
+  // `sock` under a number no entry holds (moved with F_DUPFD if needed).
+  int UnusedNumber(int sock) COLLECTIVED_EXCLUDES(mu_);
 
   const std::string path_;
   const uint32_t max_connections_;

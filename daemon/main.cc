@@ -272,8 +272,10 @@ int main(int argc, char** argv) {
   spdlog::info("RLIMIT_NOFILE {} (the caps may hold {} descriptors)", fd_limit, cd::FdsNeeded(cfg));
 
   // The cluster forms first: the node id names this daemon's socket.
-  std::unique_ptr<collectived::cluster::UcxTransport> transport;
+  // Declared in this order so that the transport (whose progress thread and
+  // callbacks use the membership) goes first on every return.
   std::unique_ptr<collectived::cluster::Membership> membership;
+  std::unique_ptr<collectived::cluster::UcxTransport> transport;
   uint64_t cluster_secret = 0;
   std::vector<collectived::cluster::NodeInfo> nodes;
   uint32_t node_id = 0;

@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -281,7 +283,13 @@ void RankExecutor::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void RankExecutor::Stop() {
   stop_.store(true, std::memory_order_release);
-  seg_.WakeAll();  // the thread may sleep on any word of the segment
+  // The thread may sleep on any word of the segment. A wake that lands
+  // between its stop check and its futex wait is lost (the stop flag is not
+  // the word it sleeps on), so wake until it is gone.
+  while (thread_.joinable() && !exited_.load(std::memory_order_acquire)) {
+    seg_.WakeAll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   if (thread_.joinable()) thread_.join();
 }
 
@@ -295,6 +303,7 @@ void RankExecutor::Loop() {
     ExecuteOp(seg_, rank_, index, *resolver_, &stop_);
     ++index;
   }
+  exited_.store(true, std::memory_order_release);
 }
 
 }  // namespace collectived::host

@@ -63,6 +63,7 @@ class RankExecutor {
   uint32_t rank_;
   BufferResolver* resolver_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> exited_{false};  // Loop returned
   std::thread thread_;
 };
 

@@ -66,7 +66,7 @@ Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const Wai
     int64_t sleep_ns = slice_ns;
     if (ctx.deadline_ns != 0 && ctx.deadline_ns - now < sleep_ns) sleep_ns = ctx.deadline_ns - now;
     FutexWait(word, seen, sleep_ns);
-    if (slice_ns < kMaxSliceNs) slice_ns = std::min(slice_ns * 2, kMaxSliceNs);
+    slice_ns = std::min(slice_ns * 2, ctx.segment != nullptr ? kMaxOpSliceNs : kMaxSliceNs);
   }
 }
 

@@ -25,6 +25,11 @@ int64_t NowNs();
 // idle waiter wakes this often: 400 idle executors at a 1 s cap cost 1.3 %
 // of a core on the 2-core CI machine, at 10 s 0.35 % (bench/RESULTS.md).
 constexpr int64_t kMaxSliceNs = 10'000'000'000;
+// Waits inside an op (a segment in their context) re-check at least this
+// often: an abort raised between a waiter's check and its sleep wakes
+// nobody (the abort word is not the word it sleeps on). Idle waits for the
+// next op use kMaxSliceNs; whoever stops them wakes until they are gone.
+constexpr int64_t kMaxOpSliceNs = 1'000'000'000;
 
 struct WaitContext {
   const CommSegment* segment = nullptr;    // its abort word ends the wait, if set

@@ -1,5 +1,8 @@
 #include "client/src/communicator_impl.h"
 
+#include <chrono>
+#include <thread>
+
 #include "ring/matcher.h"
 #include "ring/op_ring.h"
 #include "ring/wait.h"
@@ -258,9 +261,22 @@ Status CommunicatorImpl::Destroy() {
   // failed) would otherwise hold Destroy for the whole op timeout.
   ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns) +
                                             5'000'000'000LL};
-  Status drained = posted == 0 ? Status::Ok()
-                               : ring::WaitAtLeast(seg_.control(rank_).completed.value, posted, ctx,
-                                                   "this rank's ops to finish before destroy");
+  Status drained = Status::Ok();
+  if (posted != 0 && gpu_) {
+    // A daemon-executed GPU rank's `completed` is written by the daemon's
+    // publish kernel, which wakes no sleeper: poll it.
+    const std::atomic<uint64_t>& done = seg_.control(rank_).completed.value;
+    while (done.load(std::memory_order_acquire) < posted && !seg_.aborted() && ring::NowNs() < ctx.deadline_ns) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (done.load(std::memory_order_acquire) < posted) {
+      drained = seg_.aborted() ? seg_.AbortStatus()
+                               : Status::DeadlineExceeded("this rank's ops did not finish before destroy");
+    }
+  } else if (posted != 0) {
+    drained = ring::WaitAtLeast(seg_.control(rank_).completed.value, posted, ctx,
+                                "this rank's ops to finish before destroy");
+  }
   if (executor_) executor_->Stop();
   if (gpu_ && quiesced.ok()) gpu_->ReleaseQueueLease();  // this rank's kernels have run
   destroy_status_ = client_->DestroyCommunicator(comm_id_, rank_);

@@ -64,13 +64,15 @@ Status DaemonPoster::PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream
   p.abort_word = abort_word;
   p.error_word = ring::GpuControlLayout::Error(c);
   p.timeout_ns = setup.seg.params().op_timeout_ns;
-  COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
-  // An eager post is on its way: tell the daemon's executor, which may sleep.
-  // A captured one is not (its replays post; the daemon knows of the graph
-  // from RegisterPlan and does not sleep).
+  // An eager post is on its way: tell the daemon's executor, which may sleep
+  // (before the launch, so no failure between the two can leave it
+  // unannounced; announced early, the executor only polls). A captured one
+  // is not (its replays post; the daemon knows of the graph from
+  // RegisterPlan and does not sleep).
   gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
   COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
   if (capture == gpuStreamCaptureStatusNone) ring::AnnounceDevicePost(setup.seg, setup.rank);
+  COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
   return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
 }
 
