@@ -71,7 +71,7 @@ const char* BackendName(Backend backend) {
 }
 
 uint64_t FdsNeeded(const DaemonConfig& cfg) {
-  return kFdReserve + uint64_t{cfg.max_fd_connections} + 2 * uint64_t{cfg.max_grpc_connections} + cfg.max_buffers +
+  return kFdReserve + uint64_t{cfg.max_fd_connections} + 2 * (uint64_t{cfg.max_grpc_connections} + kAdminConnectionReserve) + cfg.max_buffers +
          cfg.max_communicators;
 }
 

@@ -44,6 +44,7 @@ struct DaemonConfig {
   // The gRPC socket: connections at once (more are closed at accept). Each
   // costs two descriptors: gRPC's and the acceptor's watch (grpc_acceptor.h).
   uint32_t max_grpc_connections = 1024;
+  uint32_t max_grpc_connections_per_uid = 256;  // no user can take every slot
   // Access (docs/security.md), by group name or number; empty: none. The
   // admin group may drain the daemon and see every key in the stats; members
   // of the shared group may join communicators formed by other members of it.
@@ -115,12 +116,15 @@ std::vector<std::string> ClusterChoices();
 // The spelling of a value, for logs and the version RPC.
 const char* BackendName(Backend backend);
 
+// gRPC connections an administrator may hold past the connection caps, so
+// that whoever may Drain can always connect (grpc_acceptor.h).
+constexpr uint32_t kAdminConnectionReserve = 8;
 // Descriptors the daemon reserves for itself (listen sockets, gRPC's own,
 // logs, a GPU runtime), beyond what the caps let clients make it hold.
 constexpr uint64_t kFdReserve = 128;
 // What RLIMIT_NOFILE must allow when every cap is full: the reserve, every fd
-// connection, two per gRPC connection, a window per buffer (or deposit) and
-// per communicator.
+// connection, two per gRPC connection (and the administrators' reserve), a
+// window per buffer (or deposit) and per communicator.
 uint64_t FdsNeeded(const DaemonConfig& cfg);
 // Raises the soft RLIMIT_NOFILE toward the hard limit when FdsNeeded(cfg)
 // needs more; *limit: the soft limit now. FAILED_PRECONDITION naming the

@@ -27,8 +27,32 @@ constexpr int64_t kTombstoneNs = 5'000'000'000;  // calls look their caller up a
 
 }  // namespace
 
-GrpcAcceptor::GrpcAcceptor(std::string path, uint32_t max_connections)
-    : path_(std::move(path)), max_connections_(max_connections) {}
+GrpcAcceptor::GrpcAcceptor(std::string path, Limits limits) : path_(std::move(path)), limits_(std::move(limits)) {}
+
+std::string GrpcAcceptor::Refusal(const ipc::PeerCredentials& peer, bool* admin_reserve) const {
+  uint32_t all = 0, same_uid = 0, reserve = 0;
+  for (const Watch& w : watches_) {
+    if (w.admin_reserve) {
+      ++reserve;
+      continue;
+    }
+    ++all;
+    same_uid += w.uid == peer.uid;
+  }
+  std::string why;
+  if (all >= limits_.max_connections) {
+    why = "--max-grpc-connections (" + std::to_string(limits_.max_connections) + ") reached";
+  } else if (same_uid >= limits_.max_connections_per_uid) {
+    why = "--max-grpc-connections-per-uid (" + std::to_string(limits_.max_connections_per_uid) + ") reached for uid " +
+          std::to_string(peer.uid);
+  }
+  *admin_reserve = false;
+  if (!why.empty() && reserve < kAdminReserve && limits_.is_admin && limits_.is_admin(peer)) {
+    *admin_reserve = true;
+    return "";
+  }
+  return why;
+}
 
 GrpcAcceptor::~GrpcAcceptor() { Stop(); }
 
@@ -152,26 +176,26 @@ void GrpcAcceptor::AcceptPending(int64_t now_ns, int64_t* paused_until_ns) {
       *paused_until_ns = now_ns + kAcceptPauseNs;
       return;
     }
-    if (watches_.size() >= max_connections_) {
+    Entry e;
+    e.serial = next_serial_++;
+    if (Status c = ipc::ReadPeerCredentials(sock, &e.peer); !c.ok()) {
+      spdlog::warn("gRPC socket: {}; the connection's calls will be refused", c.message());
+    }
+    bool admin_reserve = false;
+    if (const std::string why = Refusal(e.peer, &admin_reserve); !why.empty()) {
       if (now_ns - last_cap_log_ns > kLogEveryNs) {
-        spdlog::warn("gRPC socket: --max-grpc-connections ({}) reached; closing new connections",
-                     max_connections_);
+        spdlog::warn("gRPC socket: {}; closing new connections", why);
         last_cap_log_ns = now_ns;
       }
       close(watch);
       close(sock);
       continue;
     }
-    Entry e;
-    e.serial = next_serial_++;
-    if (Status c = ipc::ReadPeerCredentials(sock, &e.peer); !c.ok()) {
-      spdlog::warn("gRPC socket: {}; the connection's calls will be refused", c.message());
-    }
     {
       MutexLock lock(&mu_);
       by_fd_[sock] = e;  // before gRPC sees the connection: its first call finds it
     }
-    watches_.push_back(Watch{watch, sock, e.serial});
+    watches_.push_back(Watch{watch, sock, e.serial, e.peer.uid, admin_reserve});
     grpc::AddInsecureChannelFromFd(server_, sock);  // gRPC owns sock now
   }
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
 #include "collectived/status.h"
+#include "daemon/daemon_config.h"
 #include "ipc/unix_peer.h"
 
 namespace grpc {
@@ -27,9 +29,18 @@ namespace collectived::daemon {
 
 class GrpcAcceptor {
  public:
-  // More than `max_connections` open at once are closed at accept (the
-  // client sees UNAVAILABLE), until one of the open ones ends.
-  GrpcAcceptor(std::string path, uint32_t max_connections);
+  struct Limits {
+    uint32_t max_connections = 1024;         // all uids together
+    uint32_t max_connections_per_uid = 256;  // one uid (no user can take every slot)
+    // Administrators are counted against neither cap while fewer than
+    // kAdminReserve of their connections are open beyond them: whoever may
+    // Drain can always connect.
+    std::function<bool(const ipc::PeerCredentials&)> is_admin;
+  };
+  static constexpr uint32_t kAdminReserve = kAdminConnectionReserve;
+  // Connections past a cap are closed at accept (the client sees
+  // UNAVAILABLE), until one of the open ones ends.
+  GrpcAcceptor(std::string path, Limits limits);
   ~GrpcAcceptor();
   // Binds and listens (mode 0660; the caller holds the socket's lock).
   Status Listen();
@@ -51,7 +62,11 @@ class GrpcAcceptor {
     int dup_fd;
     int grpc_fd;
     uint64_t serial;
+    uint32_t uid;
+    bool admin_reserve;  // admitted past a cap as an administrator
   };
+  // The reason to refuse a new connection of `peer`, or "" to accept it.
+  std::string Refusal(const ipc::PeerCredentials& peer, bool* admin_reserve) const;
   // A connection's credentials by the number gRPC knows it by. The number
   // stays reserved (a tombstone, closed_ns set) for a while after the
   // connection ended, since a call of it may still be running: a new
@@ -68,7 +83,7 @@ class GrpcAcceptor {
   int UnusedNumber(int sock) COLLECTIVED_EXCLUDES(mu_);
 
   const std::string path_;
-  const uint32_t max_connections_;
+  const Limits limits_;
   int listen_fd_ = -1;
   grpc::Server* server_ = nullptr;
   std::atomic<bool> stop_{false};

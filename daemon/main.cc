@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-grpc-connections", cfg.max_grpc_connections,
                  "gRPC-socket connections at once (more are closed at accept)")
       ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--max-grpc-connections-per-uid", cfg.max_grpc_connections_per_uid,
+                 "gRPC-socket connections one uid may hold at once")
+      ->capture_default_str()->check(CLI::Range(1u, 1u << 20));
   app.add_option("--admin-group", cfg.admin_group,
                  "group (name or number) that may drain the daemon and see every key in the stats")
       ->capture_default_str();
@@ -374,7 +377,11 @@ int main(int argc, char** argv) {
   }
   // The daemon accepts gRPC connections itself (GrpcAcceptor): every call's
   // caller is then known by its credentials, and connections are capped.
-  cd::GrpcAcceptor acceptor(cfg.socket_path, cfg.max_grpc_connections);
+  cd::GrpcAcceptor::Limits limits;
+  limits.max_connections = cfg.max_grpc_connections;
+  limits.max_connections_per_uid = cfg.max_grpc_connections_per_uid;
+  limits.is_admin = [&access](const collectived::ipc::PeerCredentials& p) { return access.IsAdmin(p); };
+  cd::GrpcAcceptor acceptor(cfg.socket_path, limits);
   if (auto s = acceptor.Listen(); !s.ok()) {  // unlinks a dead daemon's stale socket; we hold the lock
     spdlog::critical("gRPC socket: {}", s.ToString());
     return 1;

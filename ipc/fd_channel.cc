@@ -131,14 +131,19 @@ Status ConnectUnix(const std::string& path, int* sock) {
 }
 
 Status ListenUnix(const std::string& path, int* sock) {
+  // Bound under a temporary name and renamed into place once listening: a
+  // client that sees the path never finds it refusing connections.
+  const std::string staging = path + ".new";
   sockaddr_un addr;
-  COLLECTIVED_RETURN_IF_ERROR(FillAddress(path, &addr));
+  COLLECTIVED_RETURN_IF_ERROR(FillAddress(staging, &addr));
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return Errno("socket");
-  unlink(path.c_str());
-  if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(s, 128) != 0) {
+  unlink(staging.c_str());
+  if (bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(s, 128) != 0 ||
+      rename(staging.c_str(), path.c_str()) != 0) {
     Status st = Errno("bind/listen " + path);
     close(s);
+    unlink(staging.c_str());
     return st;
   }
   *sock = s;

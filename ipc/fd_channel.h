@@ -53,7 +53,8 @@ Status RecvSome(int sock, void* data, size_t len, size_t* got, std::vector<int>*
 void CloseFds(std::vector<int>* fds);
 
 Status ConnectUnix(const std::string& path, int* sock);
-// Binds and listens; unlinks a stale path first (the caller holds the lock).
+// Binds and listens, then puts the socket at `path` (replacing a stale one;
+// the caller holds the lock): it appears there only once it accepts.
 Status ListenUnix(const std::string& path, int* sock);
 
 }  // namespace collectived::ipc
