@@ -2,6 +2,9 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <ucp/api/ucp.h>
 
@@ -16,6 +19,8 @@ namespace {
 
 constexpr unsigned kHeartbeatAm = 1;
 constexpr unsigned kNodeUpdateAm = 2;  // node 0 tells the others a node rejoined
+constexpr unsigned kControlAm = 3;     // forming communicators across nodes
+constexpr uint64_t kControlMagic = 0x314d434443ULL;  // "CDCM1"
 constexpr uint64_t kHeartbeatMagic = 0x3142484443ULL;  // "CDHB1"
 constexpr uint64_t kNodeUpdateMagic = 0x3155484443ULL;  // "CDHU1"
 
@@ -35,6 +40,13 @@ Status UcxStatus(ucs_status_t s, const char* what) {
 
 }  // namespace
 
+struct UcxTransport::ControlMessage {
+  uint32_t node = 0;
+  Heartbeat header{};
+  std::string payload;
+  void* request = nullptr;
+};
+
 struct UcxTransport::Announcement {
   Heartbeat header;
   std::string record;
@@ -45,7 +57,7 @@ struct UcxTransport::Peer {
   uint32_t node = 0;
   ucp_ep_h ep = nullptr;
   std::atomic<bool> failed{false};
-  bool retired = false;  // replaced by a rejoin: its endpoint's errors mean nothing
+  std::atomic<bool> retired{false};  // replaced by a rejoin or closed as lost: its endpoint's errors mean nothing
   // The heartbeat in flight to this peer and its header, which must stay
   // valid until the send completes; a slow peer is not sent another before.
   void* request = nullptr;
@@ -59,7 +71,8 @@ Status UcxTransport::Create(std::unique_ptr<UcxTransport>* out) {
   if (s != UCS_OK) return UcxStatus(s, "ucp_config_read");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;  // wake-up: the loop sleeps on the worker's fd
+  // Wake-up: the loop sleeps on the worker's fd. Tags: data between nodes.
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);
   ucp_config_release(config);
@@ -67,7 +80,8 @@ Status UcxTransport::Create(std::unique_ptr<UcxTransport>* out) {
   t->context_ = context;
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it after Start
+  // Executors post and progress data on it too (UCX serializes them).
+  wp.thread_mode = UCS_THREAD_MODE_MULTI;
   ucp_worker_h worker = nullptr;
   s = ucp_worker_create(context, &wp, &worker);
   if (s != UCS_OK) return UcxStatus(s, "ucp_worker_create");
@@ -109,6 +123,21 @@ Status UcxTransport::Create(std::unique_ptr<UcxTransport>* out) {
   };
   s = ucp_worker_set_am_recv_handler(worker, &hp);
   if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
+  hp.id = kControlAm;
+  hp.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+             const ucp_am_recv_param_t* param) -> ucs_status_t {
+    auto* self = static_cast<UcxTransport*>(arg);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {  // control messages are small
+      self->refused_.fetch_add(1);
+      return UCS_OK;
+    }
+    self->OnControl(header, header_length, data, length);
+    return UCS_OK;
+  };
+  s = ucp_worker_set_am_recv_handler(worker, &hp);
+  if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
+  t->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (t->wake_fd_ < 0) return Status::Internal("eventfd failed");
   *out = std::move(t);
   return Status::Ok();
 }
@@ -131,6 +160,16 @@ UcxTransport::~UcxTransport() {
     if (p->request != nullptr) ucp_request_free(p->request);
   }
   for (void* r : closing_) ucp_request_free(r);
+  for (auto& m : sending_) {
+    if (m.request != nullptr) ucp_request_free(m.request);
+  }
+  {
+    MutexLock lock(&orphan_mu_);
+    for (auto& [t, keep] : orphans_) {
+      if (t->request != nullptr) ucp_request_free(t->request);
+    }
+  }
+  if (wake_fd_ >= 0) close(wake_fd_);
   if (worker != nullptr) ucp_worker_destroy(worker);
   if (context_ != nullptr) ucp_cleanup(static_cast<ucp_context_h>(context_));
 }
@@ -146,7 +185,6 @@ Status UcxTransport::Start(Membership* membership, const Options& options) {
   membership_ = membership;
   options_ = options;
   const std::vector<NodeStatus> nodes = membership->Nodes();
-  auto worker = static_cast<ucp_worker_h>(worker_);
   for (const NodeStatus& n : nodes) {
     auto peer = std::make_unique<Peer>();
     peer->transport = this;
@@ -220,8 +258,11 @@ void UcxTransport::ApplyRejoins() {
       if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
       if (slot->request != nullptr) closing_.push_back(slot->request);
     }
-    retired_.push_back(std::move(slot));
-    slot = std::move(fresh);
+    {
+      MutexLock lock(&peer_mu_);
+      retired_.push_back(std::move(slot));
+      slot = std::move(fresh);
+    }
     if (!c.ok()) {
       membership_->MarkLost(info.node_id, "rejoined, but " + c.message(), ring::NowNs());
       continue;
@@ -241,6 +282,247 @@ void UcxTransport::ApplyRejoins() {
       if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
     }
   }
+}
+
+void UcxTransport::Wake() {
+  const uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0) {
+    // Full (it never is: the loop drains it) or closed at exit: nothing to wake.
+  }
+}
+
+void UcxTransport::SendControl(uint32_t node, std::string payload) {
+  {
+    MutexLock lock(&control_mu_);
+    ControlMessage m;
+    m.node = node;
+    m.payload = std::move(payload);
+    outbox_.push_back(std::move(m));
+  }
+  Wake();
+}
+
+void UcxTransport::OnControl(const void* header, size_t header_length, const void* data, size_t length) {
+  Heartbeat h{};
+  if (header_length != sizeof(h) || length > kMaxControlBytes) {
+    refused_.fetch_add(1);
+    return;
+  }
+  std::memcpy(&h, header, sizeof(h));
+  // A control message is also a sign of life: it must come from the node's current epoch.
+  if (h.magic != kControlMagic || h.secret != options_.secret || h.node == membership_->self() ||
+      !membership_->Heartbeat(h.node, h.epoch, ring::NowNs())) {
+    refused_.fetch_add(1);
+    return;
+  }
+  {
+    MutexLock lock(&control_mu_);
+    inbox_.emplace_back(h.node, std::string(static_cast<const char*>(data), length));
+  }
+  Wake();  // it may have arrived on an executor's progress call
+}
+
+void UcxTransport::PumpControl() {
+  std::deque<ControlMessage> out;
+  std::deque<std::pair<uint32_t, std::string>> in;
+  {
+    MutexLock lock(&control_mu_);
+    out.swap(outbox_);
+    in.swap(inbox_);
+  }
+  const std::vector<NodeStatus> nodes = membership_->Nodes();
+  const uint32_t self = membership_->self();
+  for (ControlMessage& m : out) {
+    if (m.node >= peers_.size() || m.node == self || nodes[m.node].state != NodeState::kAlive ||
+        peers_[m.node]->ep == nullptr || m.payload.size() > kMaxControlBytes) {
+      continue;  // a lost node learns nothing more; its communicators fail on their own
+    }
+    sending_.push_back(std::move(m));
+    ControlMessage& s = sending_.back();
+    s.header = Heartbeat{kControlMagic, options_.secret, nodes[self].info.epoch, ++seq_, self, 0};
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_AM_SEND_FLAG_EAGER;
+    ucs_status_ptr_t r = ucp_am_send_nbx(peers_[s.node]->ep, kControlAm, &s.header, sizeof(s.header),
+                                         s.payload.data(), s.payload.size(), &rp);
+    if (UCS_PTR_IS_PTR(r)) {
+      s.request = r;
+    } else {
+      sending_.pop_back();  // sent already, or failed (the endpoint's error handler reports the node)
+    }
+  }
+  while (!sending_.empty() && (sending_.front().request == nullptr ||
+                               ucp_request_check_status(sending_.front().request) != UCS_INPROGRESS)) {
+    if (sending_.front().request != nullptr) ucp_request_free(sending_.front().request);
+    sending_.pop_front();
+  }
+  for (auto& [node, payload] : in) {
+    if (control_handler_) control_handler_(node, payload);
+  }
+}
+
+void UcxTransport::CloseLostPeers() {
+  for (auto& p : peers_) {
+    if (p->ep == nullptr || membership_->Alive(p->node)) continue;
+    ucp_ep_h ep = nullptr;
+    {
+      MutexLock lock(&peer_mu_);
+      ep = p->ep;
+      p->ep = nullptr;
+      p->retired = true;  // its endpoint's errors from now on mean nothing
+    }
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &rp);
+    if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+    if (p->request != nullptr) {
+      closing_.push_back(p->request);
+      p->request = nullptr;
+    }
+  }
+}
+
+namespace {
+
+void OnSendDone(void*, ucs_status_t status, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  t->status = status;
+  t->done.store(true, std::memory_order_release);
+}
+
+void OnRecvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  t->status = status;
+  t->length = status == UCS_OK && info != nullptr ? info->length : 0;
+  t->done.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+Status UcxTransport::PostSend(uint32_t node, uint64_t tag, const void* data, size_t bytes, Transfer* out) {
+  out->node = node;
+  out->receive = false;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  rp.cb.send = OnSendDone;
+  rp.user_data = out;
+  MutexLock lock(&peer_mu_);  // the progress thread replaces and closes endpoints
+  if (node >= peers_.size() || peers_[node]->ep == nullptr || peers_[node]->failed.load()) {
+    return Status::Unavailable("node " + std::to_string(node) + " is not reachable (lost)");
+  }
+  ucs_status_ptr_t r = ucp_tag_send_nbx(peers_[node]->ep, data, bytes, tag, &rp);
+  if (UCS_PTR_IS_ERR(r)) return UcxStatus(UCS_PTR_STATUS(r), ("send to node " + std::to_string(node)).c_str());
+  out->request = UCS_PTR_IS_PTR(r) ? r : nullptr;
+  if (out->request == nullptr) out->done.store(true);
+  return Status::Ok();
+}
+
+Status UcxTransport::PostRecv(uint32_t node, uint64_t tag, void* data, size_t bytes, Transfer* out) {
+  out->node = node;
+  out->receive = true;
+  out->expected = bytes;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  rp.cb.recv = OnRecvDone;
+  rp.user_data = out;
+  ucs_status_ptr_t r =
+      ucp_tag_recv_nbx(static_cast<ucp_worker_h>(worker_), data, bytes, tag, ~ucp_tag_t{0}, &rp);
+  if (UCS_PTR_IS_ERR(r)) return UcxStatus(UCS_PTR_STATUS(r), ("receive from node " + std::to_string(node)).c_str());
+  out->request = UCS_PTR_IS_PTR(r) ? r : nullptr;
+  if (out->request == nullptr) {
+    out->length = bytes;
+    out->done.store(true);
+  }
+  return Status::Ok();
+}
+
+Status UcxTransport::WaitAll(std::vector<std::unique_ptr<Transfer>>* transfers, const ring::WaitContext& ctx,
+                             std::shared_ptr<void> keep) {
+  return WaitAll(transfers, ctx, std::move(keep), nullptr);
+}
+
+Status UcxTransport::WaitAll(std::vector<std::unique_ptr<Transfer>>* transfers, const ring::WaitContext& ctx,
+                             std::shared_ptr<void> keep, const std::function<Status(size_t)>& on_done) {
+  auto worker = static_cast<ucp_worker_h>(worker_);
+  std::vector<bool> seen(transfers->size(), false);
+  size_t left = transfers->size();
+  Status failed;
+  int idle = 0;
+  while (left > 0 && failed.ok()) {
+    if (ucp_worker_progress(worker) != 0) idle = 0;
+    for (size_t i = 0; i < transfers->size() && failed.ok(); ++i) {
+      Transfer& t = *(*transfers)[i];
+      if (seen[i] || !t.done.load(std::memory_order_acquire)) continue;
+      seen[i] = true;
+      --left;
+      idle = 0;
+      const std::string peer = "node " + std::to_string(t.node);
+      if (t.status != UCS_OK) {
+        failed = Status::Unavailable((t.receive ? "receiving from " : "sending to ") + peer + ": " +
+                                     ucs_status_string(static_cast<ucs_status_t>(t.status)));
+      } else if (t.receive && t.length != t.expected) {
+        failed = Status::Internal(peer + " sent " + std::to_string(t.length) + " bytes where " +
+                                  std::to_string(t.expected) + " were expected (its op differs)");
+      } else if (on_done) {
+        failed = on_done(i);
+      }
+    }
+    if (left == 0 || !failed.ok()) break;
+    if (ctx.segment != nullptr && ctx.segment->aborted()) {
+      failed = ctx.segment->AbortStatus();
+    } else if (ctx.stop != nullptr && ctx.stop->load(std::memory_order_acquire)) {
+      failed = Status::Aborted("stopped while waiting for another node");
+    } else if (ctx.deadline_ns != 0 && ring::NowNs() >= ctx.deadline_ns) {
+      std::string waiting;
+      for (size_t i = 0; i < transfers->size(); ++i) {
+        if (!seen[i]) waiting += (waiting.empty() ? "" : ", ") + std::to_string((*transfers)[i]->node);
+      }
+      failed = Status::DeadlineExceeded("deadline passed waiting for node(s) " + waiting);
+    } else if (++idle > 64) {
+      sched_yield();  // nothing moved: let the peers (and this node's other threads) run
+    }
+  }
+  if (failed.ok()) {
+    for (auto& t : *transfers) {
+      if (t->request != nullptr) ucp_request_free(t->request);
+      t->request = nullptr;
+    }
+    return Status::Ok();
+  }
+  // Cancel what is left; what does not end soon is kept with its buffers.
+  for (auto& t : *transfers) {
+    if (!t->done.load(std::memory_order_acquire) && t->request != nullptr) ucp_request_cancel(worker, t->request);
+  }
+  const int64_t until = ring::NowNs() + 50'000'000;
+  for (;;) {
+    bool all = true;
+    for (auto& t : *transfers) all = all && t->done.load(std::memory_order_acquire);
+    if (all || ring::NowNs() >= until) break;
+    ucp_worker_progress(worker);
+  }
+  MutexLock lock(&orphan_mu_);
+  for (auto& t : *transfers) {
+    if (t->done.load(std::memory_order_acquire)) {
+      if (t->request != nullptr) ucp_request_free(t->request);
+      t->request = nullptr;
+    } else {
+      orphans_.emplace_back(std::move(t), keep);
+    }
+  }
+  transfers->clear();
+  return failed;
+}
+
+void UcxTransport::FreeEndedOrphans() {
+  MutexLock lock(&orphan_mu_);
+  orphans_.erase(std::remove_if(orphans_.begin(), orphans_.end(),
+                                [](auto& o) {
+                                  if (!o.first->done.load(std::memory_order_acquire)) return false;
+                                  if (o.first->request != nullptr) ucp_request_free(o.first->request);
+                                  return true;
+                                }),
+                 orphans_.end());
 }
 
 void UcxTransport::Stop() {
@@ -296,6 +578,9 @@ void UcxTransport::Loop() {
       }
     }
     ApplyRejoins();
+    CloseLostPeers();
+    PumpControl();
+    FreeEndedOrphans();
     closing_.erase(std::remove_if(closing_.begin(), closing_.end(),
                                   [](void* r) {
                                     if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
@@ -318,8 +603,14 @@ void UcxTransport::Loop() {
     // (at most 100 ms, so Stop() is noticed).
     if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
     const int wait_ms = static_cast<int>(std::min<int64_t>((next_heartbeat - now) / 1000000 + 1, 100));
-    pollfd pfd{event_fd_, POLLIN, 0};
-    poll(&pfd, 1, wait_ms);
+    pollfd pfd[2] = {{event_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    poll(pfd, 2, wait_ms);
+    if (pfd[1].revents & POLLIN) {
+      uint64_t n = 0;
+      if (read(wake_fd_, &n, sizeof(n)) < 0) {
+        // EAGAIN: another read took it
+      }
+    }
   }
 }
 

@@ -149,6 +149,7 @@ ring::SegmentParams SegmentParamsFromConfig(const DaemonConfig& config, uint64_t
 JoinResult MakeJoinResult(const Comm& comm) {
   JoinResult result;
   result.comm_id = comm.id;
+  result.world_size = comm.global_world;
   result.window_id = comm.id;
   result.window_bytes = comm.window->size();
   result.mode = comm.mode;
@@ -232,8 +233,16 @@ Status Registry::JoinLocked(const JoinRequest& req, JoinDone* done, Deferred* af
                                ? req.join_timeout_ms : config_.join_timeout_ms;
   comm->join_deadline_ns[req.rank] = ring::NowNs() + static_cast<int64_t>(join_ms) * 1000000;
   comm->joined++;
+  comm->client_mode_asked = comm->client_mode_asked || req.mode == ExecutionMode::kClient;
   sit->second->memberships.insert({comm->id, req.rank});
-  if (comm->joined == comm->world_size) FormLocked(*comm, after);
+  if (comm->joined == comm->world_size) {
+    FormLocked(*comm, after);
+  } else if (ClusterActiveLocked()) {
+    // The other ranks may be joining on other nodes (spanning.cc).
+    const std::string key = comm->key;
+    AnnounceLocked(*comm);
+    TryDecideLocked(key, after);
+  }
   return Status::Ok();  // answered when the last member joins (FormLocked), or on expiry
 }
 
@@ -304,6 +313,7 @@ Status Registry::FindOrCreateCommLocked(const JoinRequest& req, Comm** out) {
   c->key = req.key;
   c->owner = sessions_.at(req.session_id)->owner;
   c->world_size = req.world_size;
+  c->global_world = req.world_size;
   c->mode = mode;
   c->op_timeout_ms = timeout_ms;
   c->members.assign(req.world_size, 0);
@@ -350,20 +360,32 @@ void Registry::FormLocked(Comm& comm, Deferred* after) {
   comm.formed = true;
   comm.formed_members = comm.members;
   comm_by_key_.erase(comm.key);  // the key may be used again for a new communicator
+  if (comm.announced && !comm.exchange) {
+    comm.announced = false;
+    AnnounceLocked(comm);  // every rank joined here after all: other nodes forget the key
+  }
   if (comm.mode == ExecutionMode::kDaemon && !comm.gpu) {  // GPU: the GpuExecutor owns the rings
     comm.resolver = std::make_shared<CommResolver>(this, comm.id);
     for (uint32_t r = 0; r < comm.world_size; ++r) {
-      comm.executors.push_back(std::make_unique<host::RankExecutor>(comm.seg, r, comm.resolver.get()));
+      comm.executors.push_back(
+          std::make_unique<host::RankExecutor>(comm.seg, r, comm.resolver.get(), comm.exchange.get()));
       comm.executors.back()->Start();
     }
   }
-  const JoinResult result = MakeJoinResult(comm);
-  for (auto& d : comm.pending) {
-    after->push_back([d = std::move(d), result] { d(Status::Ok(), result); });
+  JoinResult result = MakeJoinResult(comm);
+  for (uint32_t r = 0; r < comm.world_size; ++r) {
+    result.segment_rank = r;
+    after->push_back([d = std::move(comm.pending[r]), result] { d(Status::Ok(), result); });
   }
   comm.pending.assign(comm.world_size, nullptr);
-  spdlog::info("communicator {} '{}' formed: {} ranks, {}-executed", comm.id, comm.key, comm.world_size,
-               ExecutionModeName(comm.mode));
+  if (comm.exchange) {
+    spdlog::info("communicator {} '{}' formed across {} nodes: {} of {} ranks here, daemon-executed (tag {:#x})",
+                 comm.id, comm.key, comm.exchange->plan().nodes.size(), comm.world_size, comm.global_world,
+                 comm.exchange->plan().comm_tag);
+  } else {
+    spdlog::info("communicator {} '{}' formed: {} ranks, {}-executed", comm.id, comm.key, comm.world_size,
+                 ExecutionModeName(comm.mode));
+  }
 }
 
 Status Registry::FormGpuLocked(Comm& comm) {
@@ -442,6 +464,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
       comm.pending[rank] = nullptr;
     }
     comm.joined--;
+    if (comm.announced) AnnounceLocked(comm);  // the others learn this rank is gone
   } else {
     // Peers that still post ops would wait for this rank forever: end them now.
     if (why != kDestroyedReason) {

@@ -346,11 +346,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   cd::Registry registry(cfg, access);
+  // The transport's thread calls into the registry: it stops first on every return.
+  struct StopTransport {
+    collectived::cluster::UcxTransport* transport;
+    ~StopTransport() {
+      if (transport != nullptr) transport->Stop();
+    }
+  } stop_transport{transport.get()};
   if (cfg.cluster != cd::ClusterMode::kNone) {
     membership = std::make_unique<collectived::cluster::Membership>(
-        node_id, nodes, [](uint32_t node, const std::string& why) {
+        node_id, nodes, [&registry](uint32_t node, const std::string& why) {
           spdlog::error("cluster: node {} lost: {}", node, why);
+          registry.OnNodeLost(node, why);  // communicators spanning it fail now
         });
+    registry.AttachCluster(transport.get(), membership.get());
+    transport->SetControlHandler(
+        [&registry](uint32_t node, const std::string& payload) { registry.OnClusterMessage(node, payload); });
     collectived::cluster::UcxTransport::Options o;
     o.secret = cluster_secret;
     o.heartbeat_interval_ns = int64_t{cfg.heartbeat_interval_ms} * 1000000;

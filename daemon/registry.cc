@@ -167,6 +167,15 @@ void Registry::Housekeeping() {
     for (auto& [id, c] : comms_) {
       if (c->formed) FailPendingRegistrationsLocked(*c, Status::Ok(), true, now, &after);
     }
+    // Another node's announcement outlives its members' joins only if the
+    // withdrawal was lost (its node died: OnNodeLost drops it sooner).
+    const int64_t keep_ns = (static_cast<int64_t>(config_.join_timeout_ms) + 5000) * 1000000;
+    for (auto kit = announced_.begin(); kit != announced_.end();) {
+      for (auto nit = kit->second.begin(); nit != kit->second.end();) {
+        nit = now - nit->second.received_ns > keep_ns ? kit->second.erase(nit) : std::next(nit);
+      }
+      kit = kit->second.empty() ? announced_.erase(kit) : std::next(kit);
+    }
     // A session whose fd connection never came is a lease that never started.
     for (auto& [id, s] : sessions_) {
       if (!s->bound && now - s->attached_ns > 30'000'000'000LL) unbound.push_back(id);

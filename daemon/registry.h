@@ -22,6 +22,9 @@
 #include "base/thread_annotations.h"
 #include "collectived/status.h"
 #include "collectived/types.h"
+#include "cluster/comm_messages.h"
+#include "cluster/membership.h"
+#include "cluster/ucx_transport.h"
 #include "daemon/access.h"
 #include "daemon/daemon_config.h"
 #include "daemon/stats.h"
@@ -53,6 +56,10 @@ struct GpuWindowInfo {
 
 struct JoinResult {
   uint64_t comm_id = 0;
+  // The member's index in the communicator's segment: its rank, except in a
+  // communicator across nodes, whose segment holds this node's ranks only.
+  uint32_t segment_rank = 0;
+  uint32_t world_size = 0;  // every node's ranks
   uint64_t window_id = 0;
   uint64_t window_bytes = 0;
   ExecutionMode mode = ExecutionMode::kDefault;
@@ -166,6 +173,16 @@ class Registry {
   // Fails every join still waiting (UNAVAILABLE), before the server shuts down.
   void CancelPendingJoins(const std::string& why) COLLECTIVED_EXCLUDES(mu_);
 
+  // Communicators across nodes (spanning.cc, docs/multinode.md). Before
+  // serving; both outlive the registry's use of them.
+  void AttachCluster(cluster::UcxTransport* transport, cluster::Membership* membership) COLLECTIVED_EXCLUDES(mu_);
+  // A control message from daemon `node` (the transport's progress thread).
+  void OnClusterMessage(uint32_t node, const std::string& payload) COLLECTIVED_EXCLUDES(mu_);
+  // `node` was lost: every communicator spanning it fails UNAVAILABLE naming
+  // it, and joins that counted on its members fail. Only aborts: safe on any
+  // thread, even inside the transport's progress.
+  void OnNodeLost(uint32_t node, const std::string& why) COLLECTIVED_EXCLUDES(mu_);
+
   void SetDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
   size_t session_count() COLLECTIVED_EXCLUDES(mu_);
@@ -221,6 +238,23 @@ class Registry {
   // Removes `rank` of `comm` (leaving or dead); may drop `comm`.
   void LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, Deferred* after) COLLECTIVED_REQUIRES(mu_);
 
+  // spanning.cc. Is there a cluster of more than this node?
+  bool ClusterActiveLocked() const COLLECTIVED_REQUIRES(mu_);
+  // Tells every other node which ranks of `comm` (forming) joined here.
+  void AnnounceLocked(Comm& comm) COLLECTIVED_REQUIRES(mu_);
+  // On the node of rank 0 of `key`: forms the communicator across nodes once
+  // every rank joined somewhere, or fails it on a conflict.
+  void TryDecideLocked(const std::string& key, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // This node's part of a decided communicator across nodes.
+  void ApplyFormLocked(const cluster::FormDecision& form, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // Fails `key` (forming) here and on `nodes`; withdraws the local members.
+  void FailKeyLocked(const std::string& key, const Status& status, const std::vector<uint32_t>& nodes,
+                     uint32_t comm_tag, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // Aborts formed communicators across nodes matching `pred`.
+  void AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code, const std::string& why)
+      COLLECTIVED_REQUIRES(mu_);
+  uint32_t NextCommTagLocked() COLLECTIVED_REQUIRES(mu_);
+
   // gpu_registrations.cc.
   // RegisterGpuBuffer's work; on success takes *done (answered later through `after`).
   Status RegisterGpuBufferLocked(const GpuRegisterRequest& req, GpuRegisterDone* done, Deferred* after)
@@ -263,6 +297,17 @@ class Registry {
   // Window id -> a rank's registered allocation.
   std::map<uint64_t, RegisteredWindow> registered_windows_ COLLECTIVED_GUARDED_BY(mu_);
   std::deque<CommStats> recently_closed_ COLLECTIVED_GUARDED_BY(mu_);  // the last 16, newest last
+  // Communicators across nodes (spanning.cc).
+  cluster::UcxTransport* transport_ COLLECTIVED_GUARDED_BY(mu_) = nullptr;
+  cluster::Membership* membership_ COLLECTIVED_GUARDED_BY(mu_) = nullptr;
+  struct Announced {
+    cluster::JoinAnnounce announce;
+    int64_t received_ns = 0;
+  };
+  // Key -> node -> the ranks that joined there (other nodes' announcements).
+  std::map<std::string, std::map<uint32_t, Announced>> announced_ COLLECTIVED_GUARDED_BY(mu_);
+  uint32_t comm_tag_counter_ COLLECTIVED_GUARDED_BY(mu_) = 0;
+  uint64_t refused_control_ COLLECTIVED_GUARDED_BY(mu_) = 0;  // malformed or unexpected control messages
 };
 
 }  // namespace collectived::daemon

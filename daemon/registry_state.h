@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cluster/node_exchange.h"
 #include "daemon/gpu_comm_memory.h"
 #include "daemon/gpu_executor.h"
 #include "daemon/registry.h"
@@ -103,6 +104,12 @@ struct Comm {
   std::vector<uint64_t> registrations_made;    // per rank: buffers it registered so far
   std::vector<uint64_t> formed_members;        // the session of each rank when it formed
   std::map<uint64_t, GpuRegistration> registrations;  // by buffer id (k-th registration: id k)
+  // Across nodes (spanning.cc): while forming, members are indexed by global
+  // rank; once formed, by segment rank (this node's ranks, ascending).
+  bool client_mode_asked = false;  // a member asked for client execution by name
+  bool announced = false;          // other nodes were told about this key
+  std::shared_ptr<cluster::SpanningExchange> exchange;  // set: formed across nodes
+  uint32_t global_world = 0;       // across nodes: every node's ranks; else world_size
 };
 
 // A communicator's counters now (stats.cc).

@@ -257,6 +257,8 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::CreateCommunicator(grpc::Callba
       resp->set_window_id(r.window_id);
       resp->set_window_bytes(r.window_bytes);
       resp->set_mode(static_cast<v1::ExecutionMode>(r.mode));
+      resp->set_segment_rank(r.segment_rank);
+      resp->set_world_size(r.world_size);
       if (r.gpu) {
         auto fill = [](const GpuWindowInfo& in, v1::GpuWindow* out) {
           out->set_window_id(in.window_id);

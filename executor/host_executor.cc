@@ -169,6 +169,55 @@ Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDe
   }
 }
 
+// RunBody for a communicator spanning nodes (NodeExchange's contract).
+Status RunSpanningBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDescriptor& d,
+                       const OpBuffers& buf, const OpInputs& in, const ring::WaitContext& ctx, NodeExchange& ex) {
+  const uint32_t n = seg.world_size();
+  const size_t esize = DataTypeSize(d.dtype);
+  const uint64_t bytes = d.count * esize;
+  uint8_t* staging = ex.staging();
+  ring::StatusRecord& trace = seg.status_record(rank, index);
+  const bool reduce = d.kind == CollectiveKind::kAllReduce;
+  const ReduceOp local_op = d.reduce_op == ReduceOp::kAvg ? ReduceOp::kSum : d.reduce_op;
+  if (reduce) {
+    // Reduce-scatter inside the node: this rank's shard of every local input.
+    const uint64_t chunk = (d.count + n - 1) / n;
+    const uint64_t begin = std::min<uint64_t>(d.count, chunk * rank);
+    const uint64_t end = std::min<uint64_t>(d.count, begin + chunk);
+    if (end > begin) ReduceElements(d.dtype, local_op, staging, in.ptrs.data(), n, begin, end);
+  } else {
+    std::memcpy(staging + uint64_t{ex.StagingSlot(ex.global_rank(rank))} * bytes, buf.send, bytes);
+  }
+  // The others sleep on exchange_done, which no abort of the segment wakes:
+  // rank 0 failing aborts and wakes them itself.
+  auto leader_failed = [&](const Status& s) {
+    seg.Abort(s.code(), s.message().c_str());
+    ring::WakeWaiters(ex.exchange_done());
+    return s;
+  };
+  Status mid = Barrier(seg, rank, index, ring::kPhaseMid, StatusCode::kOk, ctx);
+  if (!mid.ok()) return rank == 0 ? leader_failed(mid) : mid;
+  trace.reads_done_ns.store(ring::NowNs(), std::memory_order_relaxed);
+  if (rank == 0) {
+    Status s = ex.Exchange(index, d, ctx);
+    if (!s.ok()) return leader_failed(s);
+    if (reduce && d.reduce_op == ReduceOp::kAvg) DivideElements(d.dtype, staging, d.count, ex.global_world());
+    ring::PublishWord(ex.exchange_done(), index + 1);
+  } else {
+    Status s = ring::WaitAtLeast(ex.exchange_done(), index + 1, ctx, "the exchange between nodes");
+    if (!s.ok()) return s;
+  }
+  if (reduce) {
+    std::memcpy(buf.recv, staging, bytes);
+  } else {
+    for (uint32_t g = 0; g < ex.global_world(); ++g) {
+      std::memcpy(buf.recv + uint64_t{g} * bytes, staging + uint64_t{ex.StagingSlot(g)} * bytes, bytes);
+    }
+  }
+  trace.output_done_ns.store(ring::NowNs(), std::memory_order_release);
+  return Status::Ok();
+}
+
 void CountOp(const CommSegment& seg, uint32_t rank, bool matched, const Status& status) {
   if (rank != 0) return;  // one count per collective op
   auto& h = seg.header();
@@ -179,7 +228,7 @@ void CountOp(const CommSegment& seg, uint32_t rank, bool matched, const Status& 
 }  // namespace
 
 Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
-                 const std::atomic<bool>* stop) {
+                 const std::atomic<bool>* stop, NodeExchange* exchange) {
   const uint32_t n = seg.world_size();
   ring::WaitContext ctx{&seg, stop, ring::NowNs() + static_cast<int64_t>(seg.params().op_timeout_ns)};
   // A failed wait means a peer is gone or stuck: abort the communicator so
@@ -220,10 +269,12 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   inputs.algorithm = own.algorithm;
   StatusCode local = StatusCode::kOk;
   if (verdict.ok()) {
-    Status r = ResolveOwnBuffers(own, rank, n, resolver, &buf);
+    Status r = ResolveOwnBuffers(own, rank, exchange != nullptr ? exchange->global_world() : n, resolver, &buf);
     bool any_in_place = false;
     const uint64_t in_bytes = own.count * DataTypeSize(own.dtype);
-    if (r.ok() && CanReadInPlace(descs.data(), n, resolver, &any_in_place)) {
+    if (r.ok() && exchange != nullptr && own.kind == CollectiveKind::kAllGather) {
+      // Each rank copies its own input into the staging area: no peer reads it.
+    } else if (r.ok() && CanReadInPlace(descs.data(), n, resolver, &any_in_place)) {
       // Zero copy: read every rank's send buffer where it is. One-shot in
       // place would overwrite an input a peer is still reading; two-shot
       // reads inputs only before its mid barrier.
@@ -258,7 +309,8 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     ring::CompleteOp(seg, rank, index, verdict);
   }
   if (verdict.ok()) {
-    s = RunBody(seg, rank, index, own, buf, inputs, ctx);
+    s = exchange != nullptr ? RunSpanningBody(seg, rank, index, own, buf, inputs, ctx, *exchange)
+                            : RunBody(seg, rank, index, own, buf, inputs, ctx);
     if (!s.ok()) return complete_early ? s : fail_hard(s);
   }
   // Even a refused op ends with the barrier, so no rank runs ahead into a
@@ -274,8 +326,8 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   return verdict;
 }
 
-RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver)
-    : seg_(seg), rank_(rank), resolver_(resolver) {}
+RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange)
+    : seg_(seg), rank_(rank), resolver_(resolver), exchange_(exchange) {}
 
 RankExecutor::~RankExecutor() { Stop(); }
 
@@ -300,7 +352,7 @@ void RankExecutor::Loop() {
   uint64_t index = seg_.control(rank_).completed.value.load(std::memory_order_acquire);
   while (!stop_.load(std::memory_order_acquire)) {
     if (!ring::WaitAtLeast(seg_.slot(rank_, index).ready_seq, index + 1, idle, "next op").ok()) break;
-    ExecuteOp(seg_, rank_, index, *resolver_, &stop_);
+    ExecuteOp(seg_, rank_, index, *resolver_, &stop_, exchange_);
     ++index;
   }
   exited_.store(true, std::memory_order_release);

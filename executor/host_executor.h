@@ -24,6 +24,7 @@
 
 #include "collectived/status.h"
 #include "ring/segment_layout.h"
+#include "ring/wait.h"
 
 namespace collectived::host {
 
@@ -38,15 +39,45 @@ class BufferResolver {
   virtual bool ResolvesPeers() const { return false; }
 };
 
+// A communicator whose ranks live on several nodes (docs/multinode.md): the
+// segment holds this node's ranks only, and an op runs in three phases.
+//   all-reduce: the node's ranks reduce-scatter their inputs into staging()
+//               (local rank r reduces the r-th of L shards); mid barrier;
+//               local rank 0 runs Exchange (staging then holds the result
+//               of every node); every rank copies it to its output.
+//   all-gather: every rank copies its input into staging() at StagingSlot
+//               of its global rank; mid barrier; Exchange (staging then
+//               holds every rank's input); every rank copies each chunk to
+//               its global place.
+// Ranks other than 0 wait for exchange_done() >= index + 1; a failed
+// Exchange aborts the communicator, which ends their wait.
+class NodeExchange {
+ public:
+  virtual ~NodeExchange() = default;
+  virtual uint32_t global_world() const = 0;
+  virtual uint32_t global_rank(uint32_t local_rank) const = 0;
+  // All-gather: where global rank g's chunk lies in staging(), in chunks
+  // (node order: every node's ranks together, so a node's part is one range).
+  virtual uint32_t StagingSlot(uint32_t global_rank) const = 0;
+  // At least max_message_bytes x global_world() bytes.
+  virtual uint8_t* staging() const = 0;
+  virtual std::atomic<uint64_t>& exchange_done() = 0;
+  // The part of op `index` (descriptor `d`, matched on this node) that
+  // crosses nodes, on staging(). All-reduce sums kAvg (the caller divides).
+  virtual Status Exchange(uint64_t index, const ring::OpDescriptor& d, const ring::WaitContext& ctx) = 0;
+};
+
 // Runs op `index` of `rank` and completes it in the ring. Returns its status.
+// `exchange`: set for a communicator spanning nodes (daemon-executed only).
 // REQUIRES: op `index` of `rank` is posted; ops before it completed.
 Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
-                 const std::atomic<bool>* stop);
+                 const std::atomic<bool>* stop, NodeExchange* exchange = nullptr);
 
 // A thread running every op of one rank, in index order, as they are posted.
 class RankExecutor {
  public:
-  RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver);
+  // `exchange` (may be null) outlives the executor.
+  RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange = nullptr);
   ~RankExecutor();  // stops
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
@@ -62,6 +93,7 @@ class RankExecutor {
   ring::CommSegment seg_;
   uint32_t rank_;
   BufferResolver* resolver_;
+  NodeExchange* exchange_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> exited_{false};  // Loop returned
   std::thread thread_;

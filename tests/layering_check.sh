@@ -15,7 +15,7 @@ declare -A allowed=(
   [proto]="collectived base proto"
   [kernels]="collectived base ring kernels"
   [executor]="collectived base ring kernels executor"
-  [cluster]="collectived base ring cluster"
+  [cluster]="collectived base ring kernels executor cluster"
   [client]="collectived base ring ipc proto kernels executor client"
   [daemon]="collectived base ring ipc proto kernels executor cluster daemon"
 )

@@ -278,12 +278,21 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   v1::CreateCommunicatorResponse resp;
   auto ctx = NewContext(options.join_timeout_ms + options_.rpc_timeout_ms);
   COLLECTIVED_RETURN_IF_ERROR(FromGrpcStatus(stub_->CreateCommunicator(ctx.get(), req, &resp)));
+  // API 1.5: the daemon names the member's place in the segment (a
+  // communicator across nodes holds this node's ranks only); before, the rank.
+  const bool placed = resp.world_size() != 0;
+  const uint32_t segment_rank = placed ? resp.segment_rank() : options.rank;
   std::shared_ptr<ipc::ShmWindow> window;
   Status s = FetchWindow(resp.window_id(), resp.window_bytes(), &window);
   ring::CommSegment seg;
   if (s.ok()) s = ring::CommSegment::Attach(window->data(), window->size(), &seg);
+  if (s.ok() && (segment_rank >= seg.world_size() || (placed && resp.world_size() != options.world_size))) {
+    s = Status::Internal("the daemon placed rank " + std::to_string(options.rank) + " at " +
+                         std::to_string(segment_rank) + " of a segment of " + std::to_string(seg.world_size()) +
+                         " ranks, world " + std::to_string(resp.world_size()));
+  }
   if (!s.ok()) {
-    DestroyCommunicator(resp.comm_id(), options.rank);
+    DestroyCommunicator(resp.comm_id(), segment_rank);
     return s;
   }
   std::unique_ptr<GpuCommunicator> gpu;
@@ -291,12 +300,13 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
     s = GpuCommunicator::Create(MakeGpuSetup(options, resp, seg, window, std::move(queue_lease)),
                                 [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
     if (!s.ok()) {
-      DestroyCommunicator(resp.comm_id(), options.rank);
+      DestroyCommunicator(resp.comm_id(), segment_rank);
       return s;
     }
   }
-  auto impl = std::make_unique<CommunicatorImpl>(shared_from_this(), resp.comm_id(), options.rank, seg,
-                                                 std::move(window), static_cast<ExecutionMode>(resp.mode()));
+  auto impl = std::make_unique<CommunicatorImpl>(shared_from_this(), resp.comm_id(), options.rank, options.world_size,
+                                                 segment_rank, seg, std::move(window),
+                                                 static_cast<ExecutionMode>(resp.mode()));
   if (gpu) {
     impl->SetGpu(std::move(gpu));
   } else {

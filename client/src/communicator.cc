@@ -166,10 +166,16 @@ Status Communicator::SubmitAllGather(BufferSpan send, BufferSpan recv, uint64_t 
 
 // ---- CommunicatorImpl ------------------------------------------------------
 
-CommunicatorImpl::CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t comm_id, uint32_t rank,
-                                   ring::CommSegment seg, std::shared_ptr<ipc::ShmWindow> window,
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t comm_id, uint32_t rank, uint32_t world,
+                                   uint32_t segment_rank, ring::CommSegment seg, std::shared_ptr<ipc::ShmWindow> window,
                                    ExecutionMode mode)
-    : client_(std::move(client)), comm_id_(comm_id), rank_(rank), seg_(seg), window_(std::move(window)),
+    : client_(std::move(client)),
+      comm_id_(comm_id),
+      global_rank_(rank),
+      world_(world),
+      rank_(segment_rank),
+      seg_(seg),
+      window_(std::move(window)),
       mode_(mode) {}
 
 CommunicatorImpl::~CommunicatorImpl() {

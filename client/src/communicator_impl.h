@@ -26,8 +26,12 @@ struct HandleState {
 
 class CommunicatorImpl : public host::BufferResolver {
  public:
-  CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t comm_id, uint32_t rank, ring::CommSegment seg,
-                   std::shared_ptr<ipc::ShmWindow> window, ExecutionMode mode);
+  // `rank` and `world`: the caller's, over every node; `segment_rank`: its
+  // index in `seg` (which, for a communicator across nodes, holds this
+  // node's ranks only).
+  CommunicatorImpl(std::shared_ptr<ClientImpl> client, uint64_t comm_id, uint32_t rank, uint32_t world,
+                   uint32_t segment_rank, ring::CommSegment seg, std::shared_ptr<ipc::ShmWindow> window,
+                   ExecutionMode mode);
   ~CommunicatorImpl() override;
 
   void Start();  // the rank's executor, in client-executed mode
@@ -42,8 +46,8 @@ class CommunicatorImpl : public host::BufferResolver {
 
   Status Resolve(uint32_t rank, uint64_t buffer_id, uint64_t offset, uint64_t bytes, void** ptr) override;
 
-  uint32_t rank() const { return rank_; }
-  uint32_t world_size() const { return seg_.world_size(); }
+  uint32_t rank() const { return global_rank_; }
+  uint32_t world_size() const { return world_; }
   uint64_t id() const { return comm_id_; }
   ExecutionMode mode() const { return mode_; }
   uint64_t max_message_bytes() const { return seg_.params().max_message_bytes; }
@@ -54,7 +58,9 @@ class CommunicatorImpl : public host::BufferResolver {
 
   std::shared_ptr<ClientImpl> client_;
   uint64_t comm_id_;
-  uint32_t rank_;
+  uint32_t global_rank_;
+  uint32_t world_;
+  uint32_t rank_;  // in the segment: every call to the daemon and the rings names this
   ring::CommSegment seg_;
   std::shared_ptr<ipc::ShmWindow> window_;
   ExecutionMode mode_;

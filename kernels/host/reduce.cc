@@ -86,7 +86,26 @@ void ReduceByOp(ReduceOp op, void* out, const void* const* in, uint32_t n, size_
   }
 }
 
+template <typename T>
+void DivideTyped(void* data_v, size_t count, uint32_t divisor) {
+  using E = Elem<T>;
+  using A = typename E::Acc;
+  T* data = static_cast<T*>(data_v);
+  const A d = static_cast<A>(divisor);
+  for (size_t j = 0; j < count; ++j) data[j] = E::Store(E::Load(data[j]) / d);
+}
+
 }  // namespace
+
+void DivideElements(DataType dtype, void* data, size_t count, uint32_t divisor) {
+  switch (dtype) {
+    case DataType::kFloat32: return DivideTyped<float>(data, count, divisor);
+    case DataType::kFloat64: return DivideTyped<double>(data, count, divisor);
+    case DataType::kFloat16: return DivideTyped<Float16>(data, count, divisor);
+    case DataType::kBFloat16: return DivideTyped<BFloat16>(data, count, divisor);
+    default: return;
+  }
+}
 
 void ReduceElements(DataType dtype, ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin,
                     size_t end) {

@@ -17,6 +17,11 @@ namespace collectived::host {
 void ReduceElements(DataType dtype, ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin,
                     size_t end);
 
+// data[j] = data[j] / divisor for j in [0, count): kAvg's last step where the
+// sum was taken in parts (across nodes). Floating types only (like kAvg);
+// float16/bfloat16 divide in float and round once.
+void DivideElements(DataType dtype, void* data, size_t count, uint32_t divisor);
+
 }  // namespace collectived::host
 
 #endif  // COLLECTIVED_KERNELS_HOST_REDUCE_H_

@@ -1,0 +1,94 @@
+// The part of an op that crosses nodes, for a communicator whose ranks live
+// on several daemons (docs/multinode.md). Each node's executors reduce (or
+// gather) their ranks into a staging area first; this node's rank 0 then
+// calls Exchange, which moves the nodes' parts over the transport:
+//   all-reduce  two nodes, or at most kDirectMaxBytes: every node sends its
+//               part to every other and reduces them all in node order;
+//               else a ring reduce-scatter then all-gather between nodes.
+//               Either way every node ends with the same bits.
+//   all-gather  every node sends its ranks' chunks to every other.
+// Transfers are split into pieces of kPieceBytes; a piece is reduced as soon
+// as it arrived (and left), while the next ones are on the wire.
+// Messages are tagged with (communicator, op index, a hash of the
+// descriptor, step, piece): ops never match by arrival order, and nodes
+// whose ops differ fail (a length mismatch or the op deadline) instead of
+// mixing data.
+#ifndef COLLECTIVED_CLUSTER_NODE_EXCHANGE_H_
+#define COLLECTIVED_CLUSTER_NODE_EXCHANGE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cluster/ucx_transport.h"
+#include "collectived/status.h"
+#include "executor/host_executor.h"
+
+namespace collectived::cluster {
+
+// Who holds which ranks of a communicator spanning nodes; the same on every node.
+struct SpanningPlan {
+  uint32_t comm_tag = 0;  // cluster-wide id while it lives (kCommTagBits)
+  uint32_t world = 0;     // ranks on every node
+  std::vector<uint32_t> nodes;               // ascending node ids
+  std::vector<std::vector<uint32_t>> ranks;  // per entry of `nodes`: its global ranks, ascending
+};
+constexpr unsigned kCommTagBits = 20;
+
+// The data tag of (communicator, op, descriptor hash, step, piece).
+uint64_t DataTag(uint32_t comm_tag, uint64_t op_index, uint32_t desc_hash, uint32_t step, uint32_t piece);
+// 8 bits of the descriptor every node must agree on.
+uint32_t DescriptorHash(const ring::OpDescriptor& d);
+// INVALID_ARGUMENT unless `plan` names `self` once, every rank once, at
+// most 256 nodes (every rank in [0, world)).
+Status CheckPlan(const SpanningPlan& plan, uint32_t self);
+
+class SpanningExchange : public host::NodeExchange {
+ public:
+  static constexpr uint64_t kDirectMaxBytes = 256 * 1024;
+  static constexpr uint64_t kPieceBytes = 1 << 20;
+
+  // `transport` outlives this. Staging and scratch are reserved (not
+  // touched) for messages of up to `max_message_bytes` per rank.
+  static Status Create(UcxTransport* transport, uint32_t self, SpanningPlan plan, uint64_t max_message_bytes,
+                       std::unique_ptr<SpanningExchange>* out);
+  ~SpanningExchange() override;
+
+  uint32_t global_world() const override { return plan_.world; }
+  uint32_t global_rank(uint32_t local_rank) const override { return plan_.ranks[self_index_][local_rank]; }
+  uint32_t StagingSlot(uint32_t global_rank) const override { return slot_of_[global_rank]; }
+  uint8_t* staging() const override;
+  std::atomic<uint64_t>& exchange_done() override { return done_; }
+  Status Exchange(uint64_t index, const ring::OpDescriptor& d, const ring::WaitContext& ctx) override;
+
+  const SpanningPlan& plan() const { return plan_; }
+  uint32_t local_world() const { return static_cast<uint32_t>(plan_.ranks[self_index_].size()); }
+  bool Spans(uint32_t node) const;
+  // Time spent in Exchange and bytes this node sent, over all ops.
+  uint64_t exchange_ns() const { return exchange_ns_.load(); }
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
+  uint64_t exchanges() const { return exchanges_.load(); }
+
+ private:
+  struct Memory;
+  SpanningExchange() = default;
+  Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
+  Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
+  Status AllGather(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
+  // A post failed: ends the transfers posted before it, returns `why`.
+  Status Abandon(std::vector<std::unique_ptr<Transfer>>* transfers, const Status& why);
+
+  UcxTransport* transport_ = nullptr;
+  SpanningPlan plan_;
+  uint32_t self_index_ = 0;
+  std::vector<uint32_t> slot_of_;     // global rank -> staging chunk (node order)
+  std::vector<uint32_t> first_slot_;  // per node entry: its first staging chunk
+  std::shared_ptr<Memory> memory_;    // staging and scratch; kept by transfers a failed wait left behind
+  std::atomic<uint64_t> done_{0};
+  std::atomic<uint64_t> exchange_ns_{0}, bytes_sent_{0}, exchanges_{0};
+};
+
+}  // namespace collectived::cluster
+
+#endif  // COLLECTIVED_CLUSTER_NODE_EXCHANGE_H_
