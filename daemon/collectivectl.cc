@@ -68,6 +68,13 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
+// "0,1,2": the nodes holding ranks of a communicator across nodes.
+std::string NodeList(const v1::CommunicatorStats& c) {
+  std::string out;
+  for (uint32_t n : c.nodes()) out += (out.empty() ? "" : ",") + std::to_string(n);
+  return out;
+}
+
 // `end` follows the JSON object (status embeds it in its own object).
 void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n") {
   if (json) {
@@ -84,13 +91,16 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
       std::printf("%s{\"id\":%llu,\"key\":\"%s\",\"world_size\":%u,\"mode\":\"%s\",\"posted\":%llu,\"matched\":%llu,"
                   "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\","
                   "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu,\"owner_uid\":%u,"
-                  "\"key_hidden\":%s}",
+                  "\"key_hidden\":%s,\"global_world_size\":%u,\"nodes\":[%s],\"exchanges\":%llu,"
+                  "\"exchange_ns\":%llu,\"exchange_bytes_sent\":%llu}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
                   ModeName(c.mode()).c_str(), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
                   c.closed() ? "true" : "false", JsonEscape(c.abort_reason()).c_str(), (unsigned long long)plans,
                   c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers(), c.owner_uid(),
-                  c.key_hidden() ? "true" : "false");
+                  c.key_hidden() ? "true" : "false", c.global_world_size(), NodeList(c).c_str(),
+                  (unsigned long long)c.exchanges(), (unsigned long long)c.exchange_ns(),
+                  (unsigned long long)c.exchange_bytes_sent());
     }
     std::printf("]}%s", end);
     return;
@@ -101,7 +111,13 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
   std::printf("%-6s %-24s %5s %-7s %10s %10s %10s %8s  %s\n", "id", "key", "ranks", "mode", "posted", "matched",
               "completed", "failed", "state");
   auto row = [](const v1::CommunicatorStats& c) {
-    const std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
+    std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
+    if (c.nodes_size() > 0) {  // across nodes: this node's ranks of all, and its exchanges
+      state += " (" + std::to_string(c.world_size()) + " of " + std::to_string(c.global_world_size()) +
+               " ranks here; nodes " + NodeList(c) + "; " + std::to_string(c.exchanges()) + " exchanges, " +
+               std::to_string(c.exchange_bytes_sent() >> 20) + " MiB sent in " +
+               std::to_string(c.exchange_ns() / 1000000) + " ms)";
+    }
     // Another user's key is hidden from a caller who does not administer the daemon.
     const std::string key = c.key_hidden() ? "(uid " + std::to_string(c.owner_uid()) + ")" : c.key();
     std::printf("%-6llu %-24s %5u %-7s %10llu %10llu %10llu %8llu  %s\n", (unsigned long long)c.comm_id(),

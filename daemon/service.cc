@@ -101,6 +101,11 @@ void ToProto(const CommStats& in, v1::CommunicatorStats* out) {
   }
   out->set_closed(in.closed);
   out->set_gpu_handoff_us_mean(in.gpu_handoff_us_mean);
+  out->set_global_world_size(in.global_world_size);
+  for (uint32_t n : in.nodes) out->add_nodes(n);
+  out->set_exchanges(in.exchanges);
+  out->set_exchange_ns(in.exchange_ns);
+  out->set_exchange_bytes_sent(in.exchange_bytes_sent);
   out->set_registered_buffers(in.registered_buffers);
 }
 

@@ -30,7 +30,10 @@ cluster::JoinAnnounce AnnouncementOf(const Comm& comm) {
   cluster::JoinAnnounce a;
   a.key = comm.key;
   a.world = comm.world_size;
-  a.mode = static_cast<uint32_t>(comm.client_mode_asked ? ExecutionMode::kClient : comm.mode);
+  // Client execution by name, or not (the default resolves to client on one node only).
+  a.mode = static_cast<uint32_t>(comm.client_mode_asked            ? ExecutionMode::kClient
+                                 : comm.mode == ExecutionMode::kDaemon ? ExecutionMode::kDaemon
+                                                                       : ExecutionMode::kDefault);
   a.op_timeout_ms = comm.op_timeout_ms;
   a.gpu = comm.gpu;
   a.gpu_heap_bytes = comm.gpu_heap_bytes;
@@ -329,6 +332,7 @@ void Registry::OnNodeLost(uint32_t node, const std::string& why) {
     MutexLock lock(&mu_);
     if (transport_ == nullptr) return;
     const std::string reason = "node " + std::to_string(node) + " lost: " + why;
+    const std::string where = "node " + std::to_string(node) + ", where ranks ";
     AbortSpanningLocked([node](const Comm& c) { return c.exchange->Spans(node); }, StatusCode::kUnavailable, reason);
     // Keys whose ranks had joined there cannot form any more.
     std::vector<std::string> keys;
@@ -337,7 +341,7 @@ void Registry::OnNodeLost(uint32_t node, const std::string& why) {
     }
     for (const std::string& key : keys) {
       const std::string ranks = RankList(announced_[key][node].announce.ranks);
-      FailKeyLocked(key, Status::Unavailable("ranks " + ranks + " of '" + key + "' had joined on " + reason), {}, 0,
+      FailKeyLocked(key, Status::Unavailable(where + ranks + " of '" + key + "' had joined, was lost: " + why), {}, 0,
                     &after);
     }
   }

@@ -17,7 +17,14 @@ CommStats CommStatsOf(const Comm& c) {
   cs.key = c.key;
   cs.owner_uid = c.owner.uid;
   cs.world_size = c.world_size;
+  cs.global_world_size = c.global_world;
   cs.mode = c.mode;
+  if (c.exchange) {
+    cs.nodes = c.exchange->plan().nodes;
+    cs.exchanges = c.exchange->exchanges();
+    cs.exchange_ns = c.exchange->exchange_ns();
+    cs.exchange_bytes_sent = c.exchange->bytes_sent();
+  }
   const ring::CommHeader& h = c.seg.header();
   uint64_t posted = 0;
   for (uint32_t r = 0; r < c.world_size; ++r) {

@@ -37,6 +37,10 @@ struct CommStats {
   bool closed = false;  // every member left; kept in recently_closed
   double gpu_handoff_us_mean = 0;  // daemon-executed GPU communicators
   uint64_t registered_buffers = 0;  // GPU communicators: registered by every rank, now
+  // Across nodes: world_size is this node's ranks.
+  uint32_t global_world_size = 0;
+  std::vector<uint32_t> nodes;
+  uint64_t exchanges = 0, exchange_ns = 0, exchange_bytes_sent = 0;
 };
 
 struct RegistryStats {

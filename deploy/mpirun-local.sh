@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A multi-node job on one machine: N daemons under mpirun (UCX over tcp on
 # loopback) form one cluster; `collectivectl cluster` shows it; then the
-# example job's clients run on every daemon and each says whether every
-# element was exact. Communicators across daemons are not built yet
-# (docs/multinode.md): each daemon's clients form a communicator of their own.
+# example job runs two clients on every daemon, all of them ranks of one
+# communicator across the daemons (docs/multinode.md), and each says whether
+# every element was exact.
 #   bash deploy/mpirun-local.sh [N]     (after deploy/build.sh)
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,20 +29,22 @@ if [ "$up" != "$n" ]; then echo "the daemons did not come up:"; cat "$work/daemo
 sleep 1  # a few heartbeats
 "$bin/collectivectl" --socket "$work/c0.sock" cluster
 status=0
-for k in $(seq 0 $((n - 1))); do
-  pids=()
-  for rank in 0 1; do
-    "$bin/allreduce_allgather" --socket "$work/c$k.sock" --key "node$k" --world 2 --rank "$rank" --mode daemon \
-      --count 65536 > "$work/node$k-rank$rank.out" 2>&1 &
-    pids+=($!)
-  done
-  for rank in 0 1; do
-    if wait "${pids[$rank]}"; then
-      echo "node $k rank $rank: $(grep -c 'exact' "$work/node$k-rank$rank.out") results, every element exact"
-    else
-      echo "node $k rank $rank: FAILED"; cat "$work/node$k-rank$rank.out"; status=1
-    fi
-  done
+world=$((2 * n))
+pids=()
+for rank in $(seq 0 $((world - 1))); do
+  k=$((rank / 2))  # ranks 2k and 2k+1 on node k
+  "$bin/allreduce_allgather" --socket "$work/c$k.sock" --key across --world "$world" --rank "$rank" --mode daemon \
+    --count 65536 > "$work/rank$rank.out" 2>&1 &
+  pids+=($!)
 done
+for rank in $(seq 0 $((world - 1))); do
+  k=$((rank / 2))
+  if wait "${pids[$rank]}"; then
+    echo "node $k rank $rank of $world: $(grep -c 'exact' "$work/rank$rank.out") results, every element exact"
+  else
+    echo "node $k rank $rank of $world: FAILED"; cat "$work/rank$rank.out"; status=1
+  fi
+done
+"$bin/collectivectl" --socket "$work/c0.sock" stats | grep -iE "across|nodes|exchange" || true
 [ $status = 0 ] && echo "RESULT: every element exact on every node" || echo "RESULT: FAILED"
 exit $status

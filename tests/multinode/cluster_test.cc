@@ -19,25 +19,18 @@
 
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/multinode/mpirun_cluster.h"
 #include "tests/support/exact_data.h"
 
 namespace collectived {
 namespace {
 
+using testing::Cluster;
 using testing::Process;
 using testing::TempDir;
 
 constexpr int kNodes = 3;
 constexpr int kHeartbeatMs = 100, kTimeoutMs = 1500;
-
-v1::GetClusterResponse Cluster(const std::string& socket, bool* ok) {
-  auto stub = v1::CollectiveService::NewStub(grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  v1::GetClusterResponse r;
-  *ok = stub->GetCluster(&ctx, v1::GetClusterRequest(), &r).ok();
-  return r;
-}
 
 // Milliseconds until `observer` reports `node` lost (its reason in *why), or -1 past `limit_ms`.
 int64_t MsUntilLost(const std::string& observer, uint32_t node, int limit_ms, std::string* why) {
@@ -61,38 +54,18 @@ class ClusterTest : public ::testing::Test {
   std::string Socket(int node) const { return dir_.path() + "/c" + std::to_string(node) + ".sock"; }
   void TearDown() override {
     for (pid_t p : pids_) kill(p, SIGCONT);
-    if (mpirun_) {
-      mpirun_->Kill(SIGTERM);  // mpirun passes it on to every daemon
-      if (mpirun_->Wait(10000) == -1) mpirun_->Kill(SIGKILL);
-    }
     for (pid_t p : pids_) kill(p, SIGKILL);  // none may outlive the test
   }
   TempDir dir_;
-  std::unique_ptr<Process> mpirun_;
   std::vector<pid_t> pids_;
 };
 
-TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
-  std::vector<std::string> argv = {MPIEXEC_BIN, "-np", std::to_string(kNodes), "--oversubscribe", "--bind-to", "none",
-                                   "--enable-recovery", "--mca", "btl", "self,tcp",
-                                   "-x", "UCX_TLS=tcp,self", "-x", "UCX_NET_DEVICES=lo", "-x", "UCX_WARN_UNUSED_ENV_VARS=n"};
-  if (geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
-  for (const std::string& a :
-       {testing::DaemonBin(), std::string("--cluster"), std::string("mpi"), std::string("--socket"),
-        dir_.path() + "/c{node}.sock", std::string("--backend"), std::string("host"), std::string("--log-level"),
-        std::string("info"), std::string("--heartbeat-interval-ms"), std::to_string(kHeartbeatMs),
-        std::string("--heartbeat-timeout-ms"), std::to_string(kTimeoutMs)}) {
-    argv.push_back(a);
-  }
-  mpirun_ = std::make_unique<Process>(argv, dir_.path() + "/mpirun.log");
-  bool ready = false;
-  for (int i = 0; i < 300 && !ready; ++i) {  // up to 30 s: three daemons start on 2 cores
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ready = true;
-    for (int k = 0; k < kNodes; ++k) ready &= std::filesystem::exists(Socket(k) + ".fds");
-    ASSERT_EQ(mpirun_->Wait(0), -1) << mpirun_->Output();
-  }
-  ASSERT_TRUE(ready) << mpirun_->Output();
+TEST(MpirunClusterTest, DaemonsFormAClusterAndFindLostNodes) {
+  testing::MpirunCluster cluster(kNodes, {"--heartbeat-interval-ms", std::to_string(kHeartbeatMs),
+                                          "--heartbeat-timeout-ms", std::to_string(kTimeoutMs)});
+  ASSERT_TRUE(cluster.Ready()) << cluster.Output();
+  auto Socket = [&](int k) { return cluster.Socket(k); };
+  const std::vector<pid_t>& pids = cluster.pids();
   std::this_thread::sleep_for(std::chrono::milliseconds(5 * kHeartbeatMs));
   for (int k = 0; k < kNodes; ++k) {
     bool ok = false;
@@ -100,21 +73,20 @@ TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
     ASSERT_TRUE(ok) << k;
     EXPECT_EQ(r.mode(), "mpi");
     EXPECT_EQ(r.self(), static_cast<uint32_t>(k));
-    ASSERT_EQ(r.nodes_size(), kNodes) << mpirun_->Output();
+    ASSERT_EQ(r.nodes_size(), kNodes) << cluster.Output();
     for (const auto& n : r.nodes()) {
       EXPECT_EQ(n.state(), "alive") << "node " << k << " sees node " << n.node_id() << ": " << n.lost_reason();
       if (n.node_id() != r.self()) {
         EXPECT_GE(n.last_heartbeat_ms_ago(), 0) << "node " << k << " never heard node " << n.node_id();
         EXPECT_LT(n.last_heartbeat_ms_ago(), kTimeoutMs);
       }
-      if (k == 0) pids_.push_back(n.pid());
     }
     EXPECT_EQ(r.refused_messages(), 0u);
   }
-  ASSERT_EQ(pids_.size(), static_cast<size_t>(kNodes));
+  ASSERT_EQ(pids.size(), static_cast<size_t>(kNodes));
 
   // A killed daemon: the transport reports it; well inside 2 s.
-  ASSERT_EQ(kill(pids_[2], SIGKILL), 0);
+  ASSERT_EQ(kill(pids[2], SIGKILL), 0);
   std::string why;
   const int64_t killed_ms = MsUntilLost(Socket(0), 2, 5000, &why);
   std::printf("node 2 killed: node 0 saw it lost after %lld ms (%s)\n", (long long)killed_ms, why.c_str());
@@ -124,14 +96,14 @@ TEST_F(ClusterTest, MpirunDaemonsFormAClusterAndFindLostNodes) {
   EXPECT_GE(MsUntilLost(Socket(1), 2, 2000, &why1), 0);
 
   // A stopped daemon: only its silence tells; lost after the heartbeat timeout, not before.
-  ASSERT_EQ(kill(pids_[1], SIGSTOP), 0);
+  ASSERT_EQ(kill(pids[1], SIGSTOP), 0);
   const int64_t stopped_ms = MsUntilLost(Socket(0), 1, kTimeoutMs + 3000, &why);
   std::printf("node 1 stopped: node 0 saw it lost after %lld ms (%s)\n", (long long)stopped_ms, why.c_str());
   EXPECT_GE(stopped_ms, kTimeoutMs - 2 * kHeartbeatMs);
   EXPECT_LT(stopped_ms, kTimeoutMs + 1000);
   EXPECT_NE(why.find("no heartbeat"), std::string::npos) << why;
   // Lost stays lost, even once it runs again.
-  ASSERT_EQ(kill(pids_[1], SIGCONT), 0);
+  ASSERT_EQ(kill(pids[1], SIGCONT), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(5 * kHeartbeatMs));
   bool ok = false;
   const auto after = Cluster(Socket(0), &ok);
@@ -229,6 +201,26 @@ TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
     for (const auto& n : r.nodes()) EXPECT_EQ(n.state(), "alive") << k << " sees " << n.node_id();
   }
   EXPECT_NE(daemons[0]->Output().find("refused a connection"), std::string::npos) << daemons[0]->Output();
+  // A communicator across the three: exact now, failed for good once node 2 is lost.
+  auto socket_of = [&](int k) { return Socket(k); };
+  auto exact = [](std::vector<testing::Rank>& ranks, StatusCode want) {
+    testing::OnEveryRank(ranks, [&](testing::Rank& k) {
+      if (k.client == nullptr || !k.joined.ok()) return;
+      Buffer b;
+      if (!k.client->AllocBuffer(1000 * 4, &b).ok()) return;  // node 2's daemon is gone
+      testing::FillInput(DataType::kInt32, ReduceOp::kSum, k.rank, 9, b.data(), 1000);
+      Handle h;
+      Status s = k.comm->AllReduce(b, b, 1000, DataType::kInt32, ReduceOp::kSum, &h);
+      if (s.ok()) s = h.Wait(5000);
+      EXPECT_EQ(s.code(), want) << "rank " << k.rank << ": " << s.ToString();
+      if (want == StatusCode::kOk) {
+        EXPECT_EQ(testing::CountWrongAllReduce(DataType::kInt32, ReduceOp::kSum, 3, 9, b.data(), 1000), 0u);
+      }
+    });
+  };
+  std::vector<testing::Rank> before = testing::JoinAll(socket_of, "before", {0, 1, 2});
+  for (const auto& k : before) ASSERT_TRUE(k.joined.ok()) << k.joined.ToString();
+  exact(before, StatusCode::kOk);
   daemons[2]->Kill(SIGKILL);
   std::string why;
   const int64_t ms = MsUntilLost(Socket(0), 2, 5000, &why);
@@ -263,6 +255,12 @@ TEST_F(ClusterTest, DaemonsStartedOnTheirOwnMeetAtTheCoordinator) {
   EXPECT_NE(r0.nodes(2).epoch(), old_epoch);
   EXPECT_EQ(r1.nodes(2).epoch(), r0.nodes(2).epoch());  // node 1 heard of the new epoch from node 0
   EXPECT_EQ(r0.nodes(2).pid(), daemons[2]->pid());
+  // Old communicators stay failed; new ones span the restarted node again.
+  before.pop_back();  // node 2's rank: its daemon died
+  exact(before, StatusCode::kUnavailable);
+  std::vector<testing::Rank> after = testing::JoinAll(socket_of, "after", {2, 0, 1});
+  for (const auto& k : after) ASSERT_TRUE(k.joined.ok()) << k.joined.ToString();
+  exact(after, StatusCode::kOk);
   for (auto& d : daemons) d->Kill(SIGTERM);
 }
 

@@ -1,0 +1,107 @@
+#include "cluster/comm_messages.h"
+
+#include <gtest/gtest.h>
+
+namespace collectived::cluster {
+namespace {
+
+ControlMessage AFormDecision() {
+  ControlMessage m;
+  m.kind = ControlMessage::Kind::kForm;
+  m.form.key = "job";
+  m.form.mode = 2;
+  m.form.plan.comm_tag = 0x1234;
+  m.form.plan.world = 5;
+  m.form.plan.nodes = {0, 2, 7};
+  m.form.plan.ranks = {{1, 4}, {0}, {2, 3}};
+  return m;
+}
+
+TEST(CommMessagesTest, EveryKindRoundTrips) {
+  ControlMessage a;
+  a.kind = ControlMessage::Kind::kAnnounce;
+  a.announce = {"key", 4, 0, 1500, false, 0, {1, 3}};
+  ControlMessage out;
+  ASSERT_TRUE(DecodeControl(EncodeControl(a), &out).ok());
+  EXPECT_EQ(out.announce.key, "key");
+  EXPECT_EQ(out.announce.world, 4u);
+  EXPECT_EQ(out.announce.op_timeout_ms, 1500u);
+  EXPECT_EQ(out.announce.ranks, (std::vector<uint32_t>{1, 3}));
+
+  ASSERT_TRUE(DecodeControl(EncodeControl(AFormDecision()), &out).ok());
+  EXPECT_EQ(out.form.plan.comm_tag, 0x1234u);
+  EXPECT_EQ(out.form.plan.nodes, (std::vector<uint32_t>{0, 2, 7}));
+  EXPECT_EQ(out.form.plan.ranks[2], (std::vector<uint32_t>{2, 3}));
+  EXPECT_TRUE(CheckPlan(out.form.plan, 2).ok());
+
+  ControlMessage f;
+  f.kind = ControlMessage::Kind::kFailure;
+  f.failure = {"key", 7, 999, "bad\nline"};
+  ASSERT_TRUE(DecodeControl(EncodeControl(f), &out).ok());
+  EXPECT_EQ(out.failure.code, static_cast<uint32_t>(StatusCode::kUnknown));  // a code that does not exist
+  EXPECT_EQ(out.failure.reason, "bad?line");                                  // no forged log lines
+}
+
+TEST(CommMessagesTest, EveryTruncationAndTrailingByteIsRefused) {
+  const std::string good = EncodeControl(AFormDecision());
+  ControlMessage out;
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_EQ(DecodeControl(good.substr(0, n), &out).code(), StatusCode::kInvalidArgument) << n;
+  }
+  EXPECT_EQ(DecodeControl(good + "x", &out).code(), StatusCode::kInvalidArgument);
+  std::string unknown = good;
+  unknown[0] = 9;
+  EXPECT_EQ(DecodeControl(unknown, &out).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CommMessagesTest, OutOfRangeValuesAreRefused) {
+  ControlMessage a;
+  a.kind = ControlMessage::Kind::kAnnounce;
+  a.announce = {"key", 4, 0, 0, false, 0, {4}};  // rank 4 of a world of 4
+  ControlMessage out;
+  EXPECT_EQ(DecodeControl(EncodeControl(a), &out).code(), StatusCode::kInvalidArgument);
+  a.announce.ranks = {0};
+  a.announce.world = 100000;
+  EXPECT_EQ(DecodeControl(EncodeControl(a), &out).code(), StatusCode::kInvalidArgument);
+  a.announce.world = 4;
+  a.announce.key.clear();
+  EXPECT_EQ(DecodeControl(EncodeControl(a), &out).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CommMessagesTest, PlansThatCannotBeRunAreRefused) {
+  SpanningPlan p = AFormDecision().form.plan;
+  EXPECT_TRUE(CheckPlan(p, 0).ok());
+  EXPECT_EQ(CheckPlan(p, 1).code(), StatusCode::kInvalidArgument);  // this node holds no rank
+  SpanningPlan twice = p;
+  twice.ranks[1] = {1};  // rank 1 on two nodes, rank 0 on none
+  EXPECT_EQ(CheckPlan(twice, 0).code(), StatusCode::kInvalidArgument);
+  SpanningPlan unsorted = p;
+  std::swap(unsorted.nodes[0], unsorted.nodes[1]);
+  EXPECT_EQ(CheckPlan(unsorted, 0).code(), StatusCode::kInvalidArgument);
+  SpanningPlan one = p;
+  one.nodes = {0};
+  one.ranks = {{0, 1, 2, 3, 4}};
+  EXPECT_EQ(CheckPlan(one, 0).code(), StatusCode::kInvalidArgument);  // one node: not across nodes
+}
+
+TEST(CommMessagesTest, DataTagsKeepTheirFieldsApart) {
+  const uint64_t t = DataTag(0xabcde, 0x1fff, 0x1ff, 0x1ff, 0x1ffff);
+  EXPECT_EQ(t >> 44, 0xabcdeu);
+  EXPECT_EQ((t >> 32) & 0xfff, 0xfffu);   // op index: its low 12 bits
+  EXPECT_EQ((t >> 24) & 0xff, 0xffu);
+  EXPECT_EQ((t >> 16) & 0xff, 0xffu);
+  EXPECT_EQ(t & 0xffff, 0xffffu);
+  EXPECT_NE(DataTag(1, 5, 0, 0, 0), DataTag(1, 6, 0, 0, 0));
+  EXPECT_NE(DataTag(1, 5, 0, 0, 0), DataTag(2, 5, 0, 0, 0));
+  ring::OpDescriptor a{};
+  a.kind = CollectiveKind::kAllReduce;
+  a.dtype = DataType::kFloat32;
+  a.reduce_op = ReduceOp::kSum;
+  a.count = 100;
+  ring::OpDescriptor b = a;
+  b.count = 200;
+  EXPECT_NE(DescriptorHash(a), DescriptorHash(b));  // the nodes' ops differ: their tags do
+}
+
+}  // namespace
+}  // namespace collectived::cluster
