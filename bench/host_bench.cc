@@ -2,7 +2,12 @@
 // mpirun (one client process per rank) against a running collectived, with
 // Open MPI's MPI_Allreduce timed in the same run on the same processes.
 //
-//   mpirun -np 8 collectived-host-bench --socket S [--bytes 1048576] [--iters 200] [--ops 4000]
+//   mpirun -np 8 collectived-host-bench --socket S [--bytes 1048576[,...]] [--iters 200] [--ops 4000]
+//       [--modes client,daemon] [--ranks-per-node P]
+//
+// Several daemons (docs/multinode.md): a socket path holding {node} names
+// node rank / P's daemon, so the communicators span the nodes (daemon-
+// executed only: --modes daemon). --ops 0 skips the throughput part.
 //
 // Latency: per iteration, MPI_Barrier, then each rank times one float32 sum
 // all-reduce (post + wait); the iteration's time is the slowest rank's; the
@@ -41,6 +46,17 @@ long MinorFaults() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
   return u.ru_minflt;
+}
+
+std::vector<std::string> Split(const std::string& list) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
 }
 
 double Median(std::vector<double> v) {
@@ -108,19 +124,27 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int cli = collectived::testing::CheckFlags(
-      argc, argv, {"--socket", "--bytes", "--iters", "--warmup", "--ops"},
-      "usage: mpirun -np N collectived-host-bench --socket S [--bytes 1048576] [--iters 200] [--warmup 20]\n"
-      "         [--ops 4000]\n");
+      argc, argv, {"--socket", "--bytes", "--iters", "--warmup", "--ops", "--modes", "--ranks-per-node"},
+      "usage: mpirun -np N collectived-host-bench --socket S [--bytes 1048576[,...]] [--iters 200] [--warmup 20]\n"
+      "         [--ops 4000] [--modes client,daemon] [--ranks-per-node P]\n");
   if (cli >= 0) {
     MPI_Finalize();
     return cli;
   }
-  const std::string socket = Arg(argc, argv, "--socket", "/run/collectived/collectived.sock");
-  const uint64_t bytes = std::stoull(Arg(argc, argv, "--bytes", "1048576"));
+  std::string socket = Arg(argc, argv, "--socket", "/run/collectived/collectived.sock");
+  const int per_node = std::stoi(Arg(argc, argv, "--ranks-per-node", "0"));
+  if (auto at = socket.find("{node}"); at != std::string::npos) {
+    socket.replace(at, 6, std::to_string(per_node > 0 ? rank / per_node : 0));
+  }
+  std::vector<uint64_t> sizes;
+  for (const std::string& b : Split(Arg(argc, argv, "--bytes", "1048576"))) sizes.push_back(std::stoull(b));
+  std::vector<ExecutionMode> modes;
+  for (const std::string& m : Split(Arg(argc, argv, "--modes", "client,daemon"))) {
+    modes.push_back(m == "client" ? ExecutionMode::kClient : ExecutionMode::kDaemon);
+  }
   const int iters = std::stoi(Arg(argc, argv, "--iters", "200"));
   const int warmup = std::stoi(Arg(argc, argv, "--warmup", "20"));
   const int ops = std::stoi(Arg(argc, argv, "--ops", "4000"));
-  const uint64_t count = bytes / 4;
   unsigned tag_value = static_cast<unsigned>(Now() * 1000) % 1000000;  // one key prefix for the whole job
   MPI_Bcast(&tag_value, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
   const std::string tag = std::to_string(tag_value);
@@ -128,66 +152,74 @@ int main(int argc, char** argv) {
   std::unique_ptr<Client> client;
   Status s = Client::Connect({.socket_path = socket, .client_name = "bench rank " + std::to_string(rank)}, &client);
   if (!s.ok()) Die("connect", s);
-  Buffer send, recv;
-  if (!(s = client->AllocBuffer(bytes, &send)).ok() || !(s = client->AllocBuffer(bytes, &recv)).ok()) Die("alloc", s);
-  testing::FillInput(DataType::kFloat32, ReduceOp::kSum, rank, 5, send.data(), count);
+  for (uint64_t bytes : sizes) {
+    const uint64_t count = bytes / 4;
+    Buffer send, recv;
+    if (!(s = client->AllocBuffer(bytes, &send)).ok() || !(s = client->AllocBuffer(bytes, &recv)).ok()) Die("alloc", s);
+    testing::FillInput(DataType::kFloat32, ReduceOp::kSum, rank, 5, send.data(), count);
 
-  if (rank == 0) {
-    std::printf("# collectived host backend, %d client processes, float32 sum all-reduce of %llu bytes per rank\n",
-                size, (unsigned long long)bytes);
-    std::printf("# latency: median over %d iterations of the slowest rank's post+wait (MPI_Barrier between)\n",
-                iters);
-    std::printf("%-34s %12s %12s\n", "path", "median_us", "wrong");
-  }
-  for (ExecutionMode mode : {ExecutionMode::kClient, ExecutionMode::kDaemon}) {
-    auto comm = Join(*client, "bench-lat-" + tag + ExecutionModeName(mode), size, rank, mode);
-    std::vector<double> times;
-    uint64_t wrong = 0;
-    long faults_at_warmup = 0;
-    for (int it = 0; it < warmup + iters; ++it) {
-      if (it == warmup) faults_at_warmup = MinorFaults();
-      if (it == warmup) {  // check one result exactly
-        testing::Poison(DataType::kFloat32, recv.data(), count);
-      }
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = Now();
-      Handle h;
-      if (!(s = comm->AllReduce(send, recv, count, DataType::kFloat32, ReduceOp::kSum, &h)).ok()) Die("post", s);
-      if (!(s = h.Wait()).ok()) Die("wait", s);
-      const double t1 = Now();
-      if (it == warmup) {
-        wrong = testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, size, 5, recv.data(), count);
-      }
-      if (it >= warmup) times.push_back((t1 - t0) * 1e6);
-    }
-    uint64_t total_wrong = 0;
-    MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-    const double med = MedianOfMax(times);
-    const double faults = static_cast<double>(MinorFaults() - faults_at_warmup) / iters;
     if (rank == 0) {
-      std::printf("%-34s %12.1f %12llu   (rank 0: %.1f page faults per op)\n",
-                  (std::string("collectived ") + ExecutionModeName(mode) + "-executed").c_str(), med,
-                  (unsigned long long)total_wrong, faults);
+      std::printf("# collectived host backend, %d client processes, float32 sum all-reduce of %llu bytes per rank\n",
+                  size, (unsigned long long)bytes);
+      std::printf("# latency: median over %d iterations of the slowest rank's post+wait (MPI_Barrier between)\n",
+                  iters);
+      std::printf("%-34s %12s %12s\n", "path", "median_us", "wrong");
     }
-    comm->Destroy();
-  }
-  {
-    std::vector<float> in(count), out(count);
-    testing::FillInput(DataType::kFloat32, ReduceOp::kSum, rank, 5, in.data(), count);
-    std::vector<double> times;
-    uint64_t wrong = 0;
-    for (int it = 0; it < warmup + iters; ++it) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = Now();
-      MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      const double t1 = Now();
-      if (it == warmup) wrong = testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, size, 5, out.data(), count);
-      if (it >= warmup) times.push_back((t1 - t0) * 1e6);
+    for (ExecutionMode mode : modes) {
+      auto comm = Join(*client, "bench-lat-" + tag + ExecutionModeName(mode) + "-" + std::to_string(bytes), size,
+                       rank, mode);
+      std::vector<double> times;
+      uint64_t wrong = 0;
+      long faults_at_warmup = 0;
+      for (int it = 0; it < warmup + iters; ++it) {
+        if (it == warmup) faults_at_warmup = MinorFaults();
+        if (it == warmup) {  // check one result exactly
+          testing::Poison(DataType::kFloat32, recv.data(), count);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = Now();
+        Handle h;
+        if (!(s = comm->AllReduce(send, recv, count, DataType::kFloat32, ReduceOp::kSum, &h)).ok()) Die("post", s);
+        if (!(s = h.Wait()).ok()) Die("wait", s);
+        const double t1 = Now();
+        if (it == warmup) {
+          wrong = testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, size, 5, recv.data(), count);
+        }
+        if (it >= warmup) times.push_back((t1 - t0) * 1e6);
+      }
+      uint64_t total_wrong = 0;
+      MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+      const double med = MedianOfMax(times);
+      const double faults = static_cast<double>(MinorFaults() - faults_at_warmup) / iters;
+      if (rank == 0) {
+        std::printf("%-34s %12.1f %12llu   (rank 0: %.1f page faults per op)\n",
+                    (std::string("collectived ") + ExecutionModeName(mode) + "-executed").c_str(), med,
+                    (unsigned long long)total_wrong, faults);
+      }
+      comm->Destroy();
     }
-    uint64_t total_wrong = 0;
-    MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-    const double med = MedianOfMax(times);
-    if (rank == 0) std::printf("%-34s %12.1f %12llu\n", "Open MPI MPI_Allreduce", med, (unsigned long long)total_wrong);
+    {
+      std::vector<float> in(count), out(count);
+      testing::FillInput(DataType::kFloat32, ReduceOp::kSum, rank, 5, in.data(), count);
+      std::vector<double> times;
+      uint64_t wrong = 0;
+      for (int it = 0; it < warmup + iters; ++it) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = Now();
+        MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        const double t1 = Now();
+        if (it == warmup) wrong = testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, size, 5, out.data(), count);
+        if (it >= warmup) times.push_back((t1 - t0) * 1e6);
+      }
+      uint64_t total_wrong = 0;
+      MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+      const double med = MedianOfMax(times);
+      if (rank == 0) std::printf("%-34s %12.1f %12llu\n", "Open MPI MPI_Allreduce", med, (unsigned long long)total_wrong);
+    }
+  }  // sizes
+  if (ops == 0) {
+    MPI_Finalize();
+    return 0;
   }
 
   if (rank == 0) {

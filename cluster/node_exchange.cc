@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "kernels/host/reduce.h"
@@ -103,7 +104,8 @@ bool SpanningExchange::Spans(uint32_t node) const {
   return std::find(plan_.nodes.begin(), plan_.nodes.end(), node) != plan_.nodes.end();
 }
 
-Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, const ring::WaitContext& ctx) {
+Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
+                                  const ring::WaitContext& ctx) {
   const int64_t start = ring::NowNs();
   const uint64_t tag_base = DataTag(plan_.comm_tag, index, DescriptorHash(d), 0, 0);
   Status s;
@@ -111,10 +113,10 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
     s = Status::Ok();
   } else if (d.kind == CollectiveKind::kAllGather) {
     s = AllGather(tag_base, d, ctx);
-  } else if (plan_.nodes.size() == 2 || d.count * DataTypeSize(d.dtype) <= kDirectMaxBytes) {
-    s = AllReduceDirect(tag_base, d, ctx);
+  } else if (d.count * DataTypeSize(d.dtype) <= kDirectMaxBytes) {
+    s = AllReduceDirect(tag_base, d, own, out, ctx);
   } else {
-    s = AllReduceRing(tag_base, d, ctx);
+    s = AllReduceRing(tag_base, d, own, out, ctx);
   }
   exchange_ns_.fetch_add(static_cast<uint64_t>(ring::NowNs() - start));
   exchanges_.fetch_add(1);
@@ -150,8 +152,8 @@ Status SpanningExchange::Abandon(std::vector<std::unique_ptr<Transfer>>* transfe
   return why;
 }
 
-Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d,
-                                         const ring::WaitContext& ctx) {
+Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own,
+                                         uint8_t* out, const ring::WaitContext& ctx) {
   const uint32_t n = static_cast<uint32_t>(plan_.nodes.size());
   const uint32_t self = self_index_;
   const size_t esize = DataTypeSize(d.dtype);
@@ -159,8 +161,8 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
   const ReduceOp op = d.reduce_op == ReduceOp::kAvg ? ReduceOp::kSum : d.reduce_op;
   const Pieces pieces(d.count, esize);
   uint8_t* staging = memory_->staging;
-  auto part_of = [&](uint32_t k) {  // where node entry k's part arrives
-    return k == self ? staging : memory_->scratch + uint64_t{k < self ? k : k - 1} * bytes;
+  auto part_of = [&](uint32_t k) -> const uint8_t* {  // node entry k's part (its arrival, or ours)
+    return k == self ? own : memory_->scratch + uint64_t{k < self ? k : k - 1} * bytes;
   };
   std::vector<std::unique_ptr<Transfer>> transfers;
   std::vector<uint32_t> piece_of;
@@ -170,19 +172,20 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
       if (k == self) continue;
       transfers.push_back(std::make_unique<Transfer>());
       piece_of.push_back(p);
-      Status posted =
-          transport_->PostRecv(plan_.nodes[k], With(tag_base, k, p), part_of(k) + off, len, transfers.back().get());
+      Status posted = transport_->PostRecv(plan_.nodes[k], With(tag_base, k, p),
+                                           memory_->scratch + uint64_t{k < self ? k : k - 1} * bytes + off, len,
+                                           transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
       transfers.push_back(std::make_unique<Transfer>());
       piece_of.push_back(p);
-      Status sent = transport_->PostSend(plan_.nodes[k], With(tag_base, self, p), staging + off, len,
+      Status sent = transport_->PostSend(plan_.nodes[k], With(tag_base, self, p), own + off, len,
                                          transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(len);
     }
   }
   // A piece is reduced once it arrived from every node and left for every
-  // node (the reduction overwrites what is sent).
+  // node (`own` may be staging, which the reduction overwrites).
   std::vector<uint32_t> ended(pieces.n, 0);
   std::vector<const void*> inputs(n);
   return transport_->WaitAll(&transfers, ctx, memory_, [&](size_t i) {
@@ -190,12 +193,16 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
     if (++ended[p] < 2 * (n - 1)) return Status::Ok();
     for (uint32_t k = 0; k < n; ++k) inputs[k] = part_of(k);
     host::ReduceElements(d.dtype, op, staging, inputs.data(), n, pieces.begin(p), pieces.end(p));
+    if (out != nullptr) {
+      std::memcpy(out + pieces.begin(p) * esize, staging + pieces.begin(p) * esize,
+                  (pieces.end(p) - pieces.begin(p)) * esize);
+    }
     return Status::Ok();
   });
 }
 
-Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d,
-                                       const ring::WaitContext& ctx) {
+Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own,
+                                       uint8_t* out, const ring::WaitContext& ctx) {
   const uint32_t n = static_cast<uint32_t>(plan_.nodes.size());
   const uint32_t self = self_index_;
   const uint32_t next = plan_.nodes[(self + 1) % n], prev = plan_.nodes[(self + n - 1) % n];
@@ -206,8 +213,15 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
   auto chunk_end = [&](uint32_t c) { return std::min<uint64_t>(d.count, chunk * c + chunk); };
   uint8_t* staging = memory_->staging;
   uint8_t* scratch = memory_->scratch;
-  // Step t < n-1: reduce-scatter (send chunk self-t, receive and reduce chunk
-  // self-t-1); then all-gather (send chunk self+1-t', receive chunk self-t').
+  // Step t < n-1: reduce-scatter (send chunk self-t, receive chunk self-t-1
+  // and add this node's part of it); then all-gather (send chunk
+  // self+1-t', receive chunk self-t'). This node's part is read from `own`
+  // (step 0's send, each reduction); partial and final chunks are in
+  // staging. Steps run one after another: what a step writes, no transfer
+  // in flight reads.
+  auto publish = [&](uint64_t begin, uint64_t end) {  // final elements [begin, end) to `out`
+    if (out != nullptr && end > begin) std::memcpy(out + begin * esize, staging + begin * esize, (end - begin) * esize);
+  };
   for (uint32_t t = 0; t < 2 * (n - 1); ++t) {
     const bool reduce = t < n - 1;
     const uint32_t u = reduce ? t : t - (n - 1);
@@ -226,21 +240,26 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
                                            transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
     }
+    const uint8_t* from = t == 0 ? own : staging;
     for (uint32_t p = 0; p < sp.n; ++p) {
       const uint64_t len = (sp.end(p) - sp.begin(p)) * esize;
       transfers.push_back(std::make_unique<Transfer>());
       recv_piece.push_back(-1);
-      Status sent = transport_->PostSend(next, With(tag_base, t, p), staging + (sb + sp.begin(p)) * esize, len,
+      Status sent = transport_->PostSend(next, With(tag_base, t, p), from + (sb + sp.begin(p)) * esize, len,
                                          transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(len);
     }
+    if (t == n - 1) publish(sb, se);  // the chunk this node finished reducing
     COLLECTIVED_RETURN_IF_ERROR(transport_->WaitAll(&transfers, ctx, memory_, [&](size_t i) {
-      if (!reduce || recv_piece[i] < 0) return Status::Ok();
+      if (recv_piece[i] < 0) return Status::Ok();
       const uint32_t p = static_cast<uint32_t>(recv_piece[i]);
-      uint8_t* own = staging + rb * esize;
-      const void* in[2] = {scratch, own};
-      host::ReduceElements(d.dtype, op, own, in, 2, rp.begin(p), rp.end(p));
+      if (!reduce) {
+        publish(rb + rp.begin(p), rb + rp.end(p));
+        return Status::Ok();
+      }
+      const void* in[2] = {scratch, own + rb * esize};
+      host::ReduceElements(d.dtype, op, staging + rb * esize, in, 2, rp.begin(p), rp.end(p));
       return Status::Ok();
     }));
   }

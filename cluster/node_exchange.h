@@ -2,9 +2,10 @@
 // on several daemons (docs/multinode.md). Each node's executors reduce (or
 // gather) their ranks into a staging area first; this node's rank 0 then
 // calls Exchange, which moves the nodes' parts over the transport:
-//   all-reduce  two nodes, or at most kDirectMaxBytes: every node sends its
-//               part to every other and reduces them all in node order;
-//               else a ring reduce-scatter then all-gather between nodes.
+//   all-reduce  at most kDirectMaxBytes: every node sends its part to every
+//               other and reduces them all in node order (one round);
+//               above, a ring reduce-scatter then all-gather between nodes
+//               (each node reduces 1/N of the vector, not all of it).
 //               Either way every node ends with the same bits.
 //   all-gather  every node sends its ranks' chunks to every other.
 // Transfers are split into pieces of kPieceBytes; a piece is reduced as soon
@@ -60,7 +61,8 @@ class SpanningExchange : public host::NodeExchange {
   uint32_t StagingSlot(uint32_t global_rank) const override { return slot_of_[global_rank]; }
   uint8_t* staging() const override;
   std::atomic<uint64_t>& exchange_done() override { return done_; }
-  Status Exchange(uint64_t index, const ring::OpDescriptor& d, const ring::WaitContext& ctx) override;
+  Status Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
+                  const ring::WaitContext& ctx) override;
 
   const SpanningPlan& plan() const { return plan_; }
   uint32_t local_world() const { return static_cast<uint32_t>(plan_.ranks[self_index_].size()); }
@@ -73,8 +75,10 @@ class SpanningExchange : public host::NodeExchange {
  private:
   struct Memory;
   SpanningExchange() = default;
-  Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
-  Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
+  Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
+                         const ring::WaitContext& ctx);
+  Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
+                       const ring::WaitContext& ctx);
   Status AllGather(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
   // A post failed: ends the transfers posted before it, returns `why`.
   Status Abandon(std::vector<std::unique_ptr<Transfer>>* transfers, const Status& why);

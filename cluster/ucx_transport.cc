@@ -445,6 +445,11 @@ Status UcxTransport::WaitAll(std::vector<std::unique_ptr<Transfer>>* transfers, 
 Status UcxTransport::WaitAll(std::vector<std::unique_ptr<Transfer>>* transfers, const ring::WaitContext& ctx,
                              std::shared_ptr<void> keep, const std::function<Status(size_t)>& on_done) {
   auto worker = static_cast<ucp_worker_h>(worker_);
+  data_waiters_.fetch_add(1, std::memory_order_acq_rel);
+  struct Leave {
+    std::atomic<int>* n;
+    ~Leave() { n->fetch_sub(1, std::memory_order_acq_rel); }
+  } leave{&data_waiters_};
   std::vector<bool> seen(transfers->size(), false);
   size_t left = transfers->size();
   Status failed;
@@ -479,8 +484,12 @@ Status UcxTransport::WaitAll(std::vector<std::unique_ptr<Transfer>>* transfers, 
         if (!seen[i]) waiting += (waiting.empty() ? "" : ", ") + std::to_string((*transfers)[i]->node);
       }
       failed = Status::DeadlineExceeded("deadline passed waiting for node(s) " + waiting);
-    } else if (++idle > 64) {
-      sched_yield();  // nothing moved: let the peers (and this node's other threads) run
+    } else if (++idle > 64 && ucp_worker_arm(worker) == UCS_OK) {
+      // Nothing moved: sleep until the network has something (the kernel
+      // moving the bytes needs the cores more than a spinning waiter does),
+      // at most 1 ms, to check the abort word, stop and deadline again.
+      pollfd pfd{event_fd_, POLLIN, 0};
+      poll(&pfd, 1, 1);
     }
   }
   if (failed.ok()) {
@@ -569,7 +578,11 @@ void UcxTransport::Loop() {
   auto worker = static_cast<ucp_worker_h>(worker_);
   int64_t next_heartbeat = ring::NowNs();
   while (!stop_.load()) {
-    while (ucp_worker_progress(worker) != 0) {
+    // While an executor waits on transfers it progresses the worker itself:
+    // this thread then keeps off it (two threads progressing one worker
+    // contend for its lock, and on few cores that halved the bandwidth).
+    const bool executor_progressing = data_waiters_.load(std::memory_order_acquire) > 0;
+    while (!executor_progressing && ucp_worker_progress(worker) != 0) {
     }
     for (auto& p : peers_) {
       if (p->request != nullptr && ucp_request_check_status(p->request) != UCS_INPROGRESS) {
@@ -600,12 +613,14 @@ void UcxTransport::Loop() {
     }
     membership_->ExpireSilent(now, start_ns_, options_.heartbeat_timeout_ns);
     // Sleep until the next heartbeat is due or the network has something
-    // (at most 100 ms, so Stop() is noticed).
-    if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
-    const int wait_ms = static_cast<int>(std::min<int64_t>((next_heartbeat - now) / 1000000 + 1, 100));
-    pollfd pfd[2] = {{event_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    poll(pfd, 2, wait_ms);
-    if (pfd[1].revents & POLLIN) {
+    // (at most 100 ms, so Stop() is noticed; 10 ms while an executor
+    // progresses, to take over soon after it is done).
+    if (!executor_progressing && ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
+    const int wait_ms = static_cast<int>(
+        std::min<int64_t>((next_heartbeat - now) / 1000000 + 1, executor_progressing ? 10 : 100));
+    pollfd pfd[2] = {{wake_fd_, POLLIN, 0}, {event_fd_, POLLIN, 0}};
+    poll(pfd, executor_progressing ? 1 : 2, wait_ms);
+    if (pfd[0].revents & POLLIN) {
       uint64_t n = 0;
       if (read(wake_fd_, &n, sizeof(n)) < 0) {
         // EAGAIN: another read took it

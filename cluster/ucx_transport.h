@@ -146,6 +146,7 @@ class UcxTransport {
   int64_t start_ns_ = 0;
   std::atomic<uint64_t> refused_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> data_waiters_{0};  // threads inside WaitAll (they progress the worker)
   std::thread thread_;
 };
 

@@ -179,7 +179,9 @@ Status RunSpanningBody(const CommSegment& seg, uint32_t rank, uint64_t index, co
   ring::StatusRecord& trace = seg.status_record(rank, index);
   const bool reduce = d.kind == CollectiveKind::kAllReduce;
   const ReduceOp local_op = d.reduce_op == ReduceOp::kAvg ? ReduceOp::kSum : d.reduce_op;
-  if (reduce) {
+  // A node of one rank: its input is the node's part, read where it is.
+  const uint8_t* own = reduce && n == 1 ? static_cast<const uint8_t*>(in.ptrs[0]) : staging;
+  if (reduce && n > 1) {
     // Reduce-scatter inside the node: this rank's shard of every local input.
     const uint64_t chunk = (d.count + n - 1) / n;
     const uint64_t begin = std::min<uint64_t>(d.count, chunk * rank);
@@ -198,17 +200,21 @@ Status RunSpanningBody(const CommSegment& seg, uint32_t rank, uint64_t index, co
   Status mid = Barrier(seg, rank, index, ring::kPhaseMid, StatusCode::kOk, ctx);
   if (!mid.ok()) return rank == 0 ? leader_failed(mid) : mid;
   trace.reads_done_ns.store(ring::NowNs(), std::memory_order_relaxed);
+  const bool avg = reduce && d.reduce_op == ReduceOp::kAvg;
+  bool output_written = false;
   if (rank == 0) {
-    Status s = ex.Exchange(index, d, ctx);
+    // Rank 0's output is written during the exchange, except kAvg's (divided after).
+    output_written = reduce && !avg;
+    Status s = ex.Exchange(index, d, own, output_written ? buf.recv : nullptr, ctx);
     if (!s.ok()) return leader_failed(s);
-    if (reduce && d.reduce_op == ReduceOp::kAvg) DivideElements(d.dtype, staging, d.count, ex.global_world());
+    if (avg) DivideElements(d.dtype, staging, d.count, ex.global_world());
     ring::PublishWord(ex.exchange_done(), index + 1);
   } else {
     Status s = ring::WaitAtLeast(ex.exchange_done(), index + 1, ctx, "the exchange between nodes");
     if (!s.ok()) return s;
   }
   if (reduce) {
-    std::memcpy(buf.recv, staging, bytes);
+    if (!output_written) std::memcpy(buf.recv, staging, bytes);
   } else {
     for (uint32_t g = 0; g < ex.global_world(); ++g) {
       std::memcpy(buf.recv + uint64_t{g} * bytes, staging + uint64_t{ex.StagingSlot(g)} * bytes, bytes);

@@ -42,9 +42,11 @@ class BufferResolver {
 // A communicator whose ranks live on several nodes (docs/multinode.md): the
 // segment holds this node's ranks only, and an op runs in three phases.
 //   all-reduce: the node's ranks reduce-scatter their inputs into staging()
-//               (local rank r reduces the r-th of L shards); mid barrier;
-//               local rank 0 runs Exchange (staging then holds the result
-//               of every node); every rank copies it to its output.
+//               (local rank r reduces the r-th of L shards; a node of one
+//               rank skips this: its input is the node's part); mid
+//               barrier; local rank 0 runs Exchange (staging then holds the
+//               result of every node, and so does rank 0's output); every
+//               other rank copies it to its output.
 //   all-gather: every rank copies its input into staging() at StagingSlot
 //               of its global rank; mid barrier; Exchange (staging then
 //               holds every rank's input); every rank copies each chunk to
@@ -63,8 +65,13 @@ class NodeExchange {
   virtual uint8_t* staging() const = 0;
   virtual std::atomic<uint64_t>& exchange_done() = 0;
   // The part of op `index` (descriptor `d`, matched on this node) that
-  // crosses nodes, on staging(). All-reduce sums kAvg (the caller divides).
-  virtual Status Exchange(uint64_t index, const ring::OpDescriptor& d, const ring::WaitContext& ctx) = 0;
+  // crosses nodes. All-reduce: `own` is this node's part (staging(), or the
+  // input of a node's only rank, only read); the result lands in staging()
+  // and, when `out` is set, in `out` too, piece by piece as it becomes final
+  // (rank 0's output: no copy after the exchange). kAvg is summed (the
+  // caller divides). All-gather: on staging() alone (`own`, `out` unused).
+  virtual Status Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
+                          const ring::WaitContext& ctx) = 0;
 };
 
 // Runs op `index` of `rank` and completes it in the ring. Returns its status.
