@@ -21,7 +21,7 @@ work=$(mktemp -d /tmp/collectived-mnbench-XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export UCX_TLS=tcp,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
 cleanup() {
-  [ -n "${job:-}" ] && kill -TERM "$job" 2>/dev/null && wait "$job" 2>/dev/null
+  if [ -n "${job:-}" ]; then kill -TERM "$job" 2>/dev/null; wait "$job" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -112,7 +112,7 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
   if (d.count == 0) {
     s = Status::Ok();
   } else if (d.kind == CollectiveKind::kAllGather) {
-    s = AllGather(tag_base, d, ctx);
+    s = AllGather(tag_base, d, out != nullptr ? out : memory_->staging, ctx);
   } else if (d.count * DataTypeSize(d.dtype) <= kDirectMaxBytes) {
     s = AllReduceDirect(tag_base, d, own, out, ctx);
   } else {
@@ -266,15 +266,15 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
   return Status::Ok();
 }
 
-Status SpanningExchange::AllGather(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx) {
+Status SpanningExchange::AllGather(uint64_t tag_base, const ring::OpDescriptor& d, uint8_t* chunks,
+                                   const ring::WaitContext& ctx) {
   const uint32_t n = static_cast<uint32_t>(plan_.nodes.size());
   const uint32_t self = self_index_;
   const uint64_t chunk_bytes = d.count * DataTypeSize(d.dtype);
-  uint8_t* staging = memory_->staging;
   std::vector<std::unique_ptr<Transfer>> transfers;
   auto block = [&](uint32_t k, uint64_t* len) {
     *len = plan_.ranks[k].size() * chunk_bytes;
-    return staging + uint64_t{first_slot_[k]} * chunk_bytes;
+    return chunks + uint64_t{first_slot_[k]} * chunk_bytes;
   };
   for (uint32_t k = 0; k < n; ++k) {
     if (k == self) continue;

@@ -79,7 +79,7 @@ class SpanningExchange : public host::NodeExchange {
                          const ring::WaitContext& ctx);
   Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
                        const ring::WaitContext& ctx);
-  Status AllGather(uint64_t tag_base, const ring::OpDescriptor& d, const ring::WaitContext& ctx);
+  Status AllGather(uint64_t tag_base, const ring::OpDescriptor& d, uint8_t* chunks, const ring::WaitContext& ctx);
   // A post failed: ends the transfers posted before it, returns `why`.
   Status Abandon(std::vector<std::unique_ptr<Transfer>>* transfers, const Status& why);
 

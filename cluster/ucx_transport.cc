@@ -78,6 +78,11 @@ Status UcxTransport::Create(std::unique_ptr<UcxTransport>* out) {
   ucp_config_release(config);
   if (s != UCS_OK) return UcxStatus(s, "ucp_init");
   t->context_ = context;
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context, &attr) == UCS_OK) {
+    t->cuda_aware_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // Executors post and progress data on it too (UCX serializes them).

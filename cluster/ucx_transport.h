@@ -49,6 +49,10 @@ class UcxTransport {
   ~UcxTransport();  // Stop()
 
   const std::string& address() const { return address_; }
+  // Whether this UCX moves CUDA device memory itself (Debian's does not).
+  // GPU communicators across nodes stage through pinned host memory either
+  // way for now: the exchange reduces on the host.
+  bool cuda_aware() const { return cuda_aware_; }
   // Connects to every other node of `membership` (which must outlive this)
   // and serves heartbeats until Stop().
   Status Start(Membership* membership, const Options& options);
@@ -118,7 +122,8 @@ class UcxTransport {
   void* context_ = nullptr;  // ucp_context_h
   void* worker_ = nullptr;   // ucp_worker_h
   int event_fd_ = -1;
-  int wake_fd_ = -1;  // an eventfd: wakes the progress thread for control messages
+  int wake_fd_ = -1;
+  bool cuda_aware_ = false;  // an eventfd: wakes the progress thread for control messages
   std::string address_;
   Membership* membership_ = nullptr;
   Options options_;

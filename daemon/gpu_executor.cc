@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/copy_engine_plan.h"
+#include "kernels/host/reduce.h"
 #include "ring/matcher.h"
 #include "ring/op_codec.h"
 #include "ring/op_ring.h"
@@ -57,7 +58,7 @@ void GpuExecutor::RemoveCallersBuffer(uint64_t buffer_id) {
 static_assert(device::kMaxReduceOwners >= ring::kMaxDeviceRanks, "the reduce-slots kernel serves every rank");
 
 Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, const Paths& paths,
-                          std::unique_ptr<GpuExecutor>* out) {
+                          host::NodeExchange* exchange, std::unique_ptr<GpuExecutor>* out) {
   if (!memory->single_device()) {
     // The daemon maps each rank window for its own device only; one fused
     // launch reaching several GPUs needs peer access set up first (issue 5).
@@ -66,6 +67,7 @@ Status GpuExecutor::Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> 
   }
   auto ex = std::unique_ptr<GpuExecutor>(new GpuExecutor());
   ex->paths_ = paths;
+  ex->exchange_ = exchange;
   ex->seg_ = seg;
   ex->memory_ = std::move(memory);
   COLLECTIVED_GPU_CHECK(gpuSetDevice(ex->memory_->window_ordinal(0)));
@@ -99,6 +101,12 @@ void GpuExecutor::Run() {
         // clients' host-side waits too, or Destroy would wait out its timeout.
         seg_.Abort(StatusCode::kAborted, "a GPU kernel of this communicator gave up (deadline or abort)");
       }
+      if (!stop_.load() && exchange_ != nullptr) {
+        // Aborted from the host (a node lost): the clients' wait kernels
+        // watch the device abort word, not the segment's.
+        Status set = memory_->SetAbort();
+        if (!set.ok()) spdlog::error("could not set the abort word: {}", set.ToString());
+      }
       break;
     }
     if (!s.ok()) {
@@ -116,6 +124,7 @@ void GpuExecutor::Run() {
   }
   (void)gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
   ReleaseCopyEngineAllReduce();
+  if (pinned_ != nullptr) (void)gpuFreeHost(pinned_);
   (void)gpuStreamDestroy(static_cast<gpuStream_t>(stream_));
   (void)gpuHostUnregister(registered_);
 }
@@ -161,7 +170,7 @@ Status GpuExecutor::RunOp(uint64_t index) {
     std::lock_guard<std::mutex> lock(callers_mu_);
     for (const auto& [id, b] : callers_buffers_) largest = std::max(largest, b.bytes);
   }
-  if (d.count > largest / es / (gather ? world : 1)) {
+  if (d.count > largest / es / (gather ? (exchange_ != nullptr ? exchange_->global_world() : world) : 1)) {
     return Status::InvalidArgument("count " + std::to_string(d.count) + " larger than any slot, heap or registered buffer");
   }
   for (uint32_t r = 0; r < world; ++r) {
@@ -169,7 +178,9 @@ Status GpuExecutor::RunOp(uint64_t index) {
       return Status::InvalidArgument("rank " + std::to_string(r) + "'s buffer is not aligned to its element size");
     }
   }
-  const uint64_t in_bytes = d.count * es, out_bytes = gather ? in_bytes * world : in_bytes;
+  // Across nodes an all-gather's output holds every node's ranks.
+  const uint32_t out_world = exchange_ != nullptr ? exchange_->global_world() : world;
+  const uint64_t in_bytes = d.count * es, out_bytes = gather ? in_bytes * out_world : in_bytes;
   device::DeviceRankArgs a;
   a.world = world;
   a.count = d.count;
@@ -206,7 +217,9 @@ Status GpuExecutor::RunOp(uint64_t index) {
   auto stream = static_cast<gpuStream_t>(stream_);
   // A peer that gave up (deadline, abort) must not have its buffers written late.
   if (Aborted()) return Status(StatusCode::kCancelled, "aborted");
-  if (gather && paths_.copy_engine_gather) {
+  if (exchange_ != nullptr) {
+    COLLECTIVED_RETURN_IF_ERROR(RunAcrossNodes(index, d, a.inputs, a.outputs));
+  } else if (gather && paths_.copy_engine_gather) {
     COLLECTIVED_RETURN_IF_ERROR(device::ValidateFusedAllGather(d.dtype, a));
     // Peer copies: the copy engines move the data, no SM runs a kernel for it.
     for (uint32_t k = 0; k < world; ++k) {
@@ -236,6 +249,67 @@ Status GpuExecutor::RunOp(uint64_t index) {
   COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPublish(p, stream));
   handoff_ns_.fetch_add(static_cast<uint64_t>(ring::NowNs() - ready_ns));
   ops_.fetch_add(1);
+  return Status::Ok();
+}
+
+Status GpuExecutor::RunAcrossNodes(uint64_t index, const ring::OpDescriptor& d, const void* const* inputs,
+                                   void* const* outputs) {
+  auto stream = static_cast<gpuStream_t>(stream_);
+  const uint32_t world = seg_.world_size();
+  const uint32_t global = exchange_->global_world();
+  const uint64_t bytes = d.count * DataTypeSize(d.dtype);
+  const bool gather = d.kind == CollectiveKind::kAllGather;
+  const uint64_t need = gather ? bytes * global : bytes;
+  if (need > pinned_bytes_) {
+    // Nothing of an earlier op reads it any more: each op ends by waiting
+    // for its copies back (below) before the next op's copies out begin.
+    COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(stream));
+    if (pinned_ != nullptr) COLLECTIVED_GPU_CHECK(gpuFreeHost(pinned_));
+    pinned_ = nullptr;
+    pinned_bytes_ = 0;
+    COLLECTIVED_GPU_CHECK(gpuHostAlloc(&pinned_, need, gpuHostAllocPortable));
+    pinned_bytes_ = need;
+  }
+  uint8_t* host = static_cast<uint8_t*>(pinned_);
+  // Out: this node's part onto pinned host memory, on the copy engines.
+  if (gather) {
+    for (uint32_t r = 0; r < world; ++r) {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(host + uint64_t{exchange_->StagingSlot(exchange_->global_rank(r))} * bytes,
+                                           inputs[r], bytes, gpuMemcpyDeviceToHost, stream));
+    }
+  } else {
+    const void* part = inputs[0];
+    if (world > 1) {  // the node's ranks reduced first (kAvg summed: divided once every node's part is in)
+      device::DeviceRankArgs a;
+      a.world = world;
+      a.count = d.count;
+      for (uint32_t r = 0; r < world; ++r) {
+        a.inputs[r] = inputs[r];
+        a.outputs[r] = outputs[r];
+      }
+      const ReduceOp op = d.reduce_op == ReduceOp::kAvg ? ReduceOp::kSum : d.reduce_op;
+      COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, op, a, device::kMaxBlocks, stream));
+      part = outputs[0];
+    }
+    COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(host, part, bytes, gpuMemcpyDeviceToHost, stream));
+  }
+  COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(stream));
+  // Across: the network, with the op's deadline; an abort (a node lost) or Stop ends it.
+  const ring::WaitContext ctx{&seg_, &stop_, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
+  COLLECTIVED_RETURN_IF_ERROR(exchange_->Exchange(index, d, gather ? nullptr : host, host, ctx));
+  if (!gather && d.reduce_op == ReduceOp::kAvg) host::DivideElements(d.dtype, host, d.count, global);
+  // Back: into every rank's output, before the publish kernel (same stream).
+  for (uint32_t r = 0; r < world; ++r) {
+    if (!gather) {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(outputs[r], host, bytes, gpuMemcpyHostToDevice, stream));
+      continue;
+    }
+    for (uint32_t g = 0; g < global; ++g) {
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(static_cast<uint8_t*>(outputs[r]) + uint64_t{g} * bytes,
+                                           host + uint64_t{exchange_->StagingSlot(g)} * bytes, bytes,
+                                           gpuMemcpyHostToDevice, stream));
+    }
+  }
   return Status::Ok();
 }
 
@@ -377,7 +451,7 @@ Status GpuExecutor::AddCallersBuffer(uint64_t, const std::vector<int>&, const st
   return Status::FailedPrecondition("no CUDA backend");
 }
 
-Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, const Paths&,
+Status GpuExecutor::Start(ring::CommSegment, std::shared_ptr<GpuCommMemory>, const Paths&, host::NodeExchange*,
                           std::unique_ptr<GpuExecutor>*) {
   return Status::FailedPrecondition("this collectived was built without the CUDA backend");
 }
@@ -388,6 +462,9 @@ Status GpuExecutor::CopyEngineAllReduce(DataType, ReduceOp, const void* const*, 
 }
 Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t) { return Status::Ok(); }
 void GpuExecutor::ReleaseCopyEngineAllReduce() {}
+Status GpuExecutor::RunAcrossNodes(uint64_t, const ring::OpDescriptor&, const void* const*, void* const*) {
+  return Status::Ok();
+}
 
 #endif
 

@@ -19,6 +19,7 @@
 #include "collectived/status.h"
 #include "collectived/types.h"
 #include "daemon/gpu_comm_memory.h"
+#include "executor/host_executor.h"
 #include "ring/segment_layout.h"
 
 namespace collectived::daemon {
@@ -30,9 +31,15 @@ class GpuExecutor {
     bool copy_engine_reduce = false;  // all-reduces: copy-engine movement, SM reduction
     uint64_t scratch_bytes = 256ull << 20;  // the copy-engine all-reduce's scratch, at most
   };
-  // `memory` must outlive the executor.
+  // `memory` must outlive the executor. `exchange` (may be null; outlives
+  // the executor): a communicator across nodes (docs/multinode.md). Each op
+  // then reduces (or gathers) this node's ranks on the GPU, copies the
+  // node's part to pinned host memory on the copy engines, exchanges it
+  // with the other nodes over the network (this thread: the proxy that sees
+  // every device-posted op, eager or replayed from a graph), and copies the
+  // result back into every rank's output before publishing completion.
   static Status Start(ring::CommSegment seg, std::shared_ptr<GpuCommMemory> memory, const Paths& paths,
-                      std::unique_ptr<GpuExecutor>* out);
+                      host::NodeExchange* exchange, std::unique_ptr<GpuExecutor>* out);
   ~GpuExecutor();  // Stop()
   void Stop();
 
@@ -58,6 +65,13 @@ class GpuExecutor {
   void Run();
   Status RunOp(uint64_t index);
   bool Aborted() const;  // the segment's abort, or a kernel's give-up (the device abort word)
+  // RunOp's end for a communicator across nodes: `inputs`/`outputs` are the
+  // ranks' buffers (device pointers in the daemon's mappings).
+  Status RunAcrossNodes(uint64_t index, const ring::OpDescriptor& d, const void* const* inputs,
+                        void* const* outputs);
+  host::NodeExchange* exchange_ = nullptr;
+  void* pinned_ = nullptr;  // host staging of the exchange, grown on demand
+  uint64_t pinned_bytes_ = 0;
 
   ring::CommSegment seg_;
   std::shared_ptr<GpuCommMemory> memory_;

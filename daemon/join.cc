@@ -407,7 +407,7 @@ Status Registry::FormGpuLocked(Comm& comm) {
     paths.copy_engine_gather = config_.gpu_gather_path == GpuPath::kCopyEngine;
     paths.copy_engine_reduce = config_.gpu_reduce_path == GpuPath::kCopyEngine;
     paths.scratch_bytes = config_.gpu_copy_engine_scratch_bytes;
-    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, paths, &ex);
+    s = GpuExecutor::Start(comm.seg, comm.gpu_memory, paths, comm.exchange.get(), &ex);
     if (!s.ok()) {
       spdlog::error("GPU communicator {} '{}': daemon executor not started: {}", comm.id, comm.key, s.ToString());
       comm.gpu_memory.reset();

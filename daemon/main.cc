@@ -377,9 +377,9 @@ int main(int argc, char** argv) {
           [t = transport.get()](const collectived::cluster::NodeInfo& info) { t->Rejoined(info); });
       rejoin->Start();
     }
-    spdlog::info("cluster: node {} of {} ({}), heartbeats every {} ms, lost after {} ms", node_id, nodes.size(),
-                 cfg.cluster == cd::ClusterMode::kMpi ? "mpi" : "coordinator", cfg.heartbeat_interval_ms,
-                 cfg.heartbeat_timeout_ms);
+    spdlog::info("cluster: node {} of {} ({}), heartbeats every {} ms, lost after {} ms; UCX {} CUDA-aware", node_id,
+                 nodes.size(), cfg.cluster == cd::ClusterMode::kMpi ? "mpi" : "coordinator",
+                 cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms, transport->cuda_aware() ? "is" : "is not");
   }
   cd::FdServer fd_server(&registry, cfg.socket_path + ".fds");
   if (auto s = fd_server.Start(); !s.ok()) {

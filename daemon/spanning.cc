@@ -131,12 +131,6 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
   for (uint32_t o : owner) {
     if (o == UINT32_MAX) return;  // not every rank joined yet
   }
-  if (comm.gpu) {
-    FailKeyLocked(key, Status::FailedPrecondition("communicator '" + key + "': GPU communicators across nodes are "
-                                                  "not built yet (host communicators are)"),
-                  involved, 0, after);
-    return;
-  }
   if (client_asked) {
     FailKeyLocked(key, Status::FailedPrecondition("communicator '" + key + "' spans nodes, and communicators across "
                                                   "nodes are daemon-executed: ask for ExecutionMode::kDaemon (or "
@@ -208,11 +202,13 @@ void Registry::ApplyFormLocked(const cluster::FormDecision& form, Deferred* afte
   std::vector<uint64_t> members(local);
   std::vector<JoinDone> pending(local);
   std::vector<int64_t> deadlines(local);
+  std::vector<std::string> devices(local);
   for (uint32_t i = 0; i < local; ++i) {
     const uint32_t g = mine[i];
     members[i] = comm->members[g];
     pending[i] = std::move(comm->pending[g]);
     deadlines[i] = comm->join_deadline_ns[g];
+    devices[i] = comm->device_uuids[g];
     Session& session = *sessions_.at(members[i]);
     session.memberships.erase({comm->id, g});
     session.memberships.insert({comm->id, i});
@@ -220,7 +216,7 @@ void Registry::ApplyFormLocked(const cluster::FormDecision& form, Deferred* afte
   comm->members = std::move(members);
   comm->pending = std::move(pending);
   comm->join_deadline_ns = std::move(deadlines);
-  comm->device_uuids.assign(local, "");
+  comm->device_uuids = std::move(devices);
   comm->captured_plans.assign(local, 0);
   comm->registrations_made.assign(local, 0);
   comm->world_size = local;

@@ -297,7 +297,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
   }
   std::unique_ptr<GpuCommunicator> gpu;
   if (options.device >= 0) {
-    s = GpuCommunicator::Create(MakeGpuSetup(options, resp, seg, window, std::move(queue_lease)),
+    s = GpuCommunicator::Create(MakeGpuSetup(options, segment_rank, resp, seg, window, std::move(queue_lease)),
                                 [this](uint64_t id, int* fd, uint64_t* bytes) { return FetchFd(id, fd, bytes); }, &gpu);
     if (!s.ok()) {
       DestroyCommunicator(resp.comm_id(), segment_rank);

@@ -71,7 +71,9 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   Status PrepareGpuJoin(const CommunicatorOptions& options, v1::CreateCommunicatorRequest* req,
                         std::shared_ptr<void>* queue_lease);
   // After the join: what the rank's GPU communicator maps, and its calls to the daemon.
-  GpuCommSetup MakeGpuSetup(const CommunicatorOptions& options, const v1::CreateCommunicatorResponse& resp,
+  // `segment_rank`: the member's index in `seg` (CreateCommunicatorResponse.segment_rank).
+  GpuCommSetup MakeGpuSetup(const CommunicatorOptions& options, uint32_t segment_rank,
+                            const v1::CreateCommunicatorResponse& resp,
                             const ring::CommSegment& seg, std::shared_ptr<ipc::ShmWindow> window,
                             std::shared_ptr<void> queue_lease);
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -81,7 +82,8 @@ Status DaemonPoster::Post(CollectiveKind kind, const void* send, void* recv, uin
   GpuRankEngine& m = engine;
   auto stream = static_cast<gpuStream_t>(stream_ptr);
   const uint64_t bytes = count * DataTypeSize(dtype);
-  const uint64_t out_bytes = kind == CollectiveKind::kAllGather ? bytes * m.world() : bytes;
+  // Across nodes the output holds every node's ranks, not only the segment's.
+  const uint64_t out_bytes = kind == CollectiveKind::kAllGather ? bytes * std::max(m.world(), m.setup.world) : bytes;
   ring::OpDescriptor d{};
   d.kind = kind;
   d.dtype = dtype;

@@ -79,7 +79,8 @@ struct GpuRegistrationReply {
 
 struct GpuCommSetup {
   int device = 0;  // this rank's ordinal in this process
-  uint32_t rank = 0;
+  uint32_t rank = 0;   // in the segment (of this node's ranks, for a communicator across nodes)
+  uint32_t world = 0;  // every node's ranks: an all-gather's output holds this many inputs
   ring::CommSegment seg;
   std::shared_ptr<void> seg_keep;  // keeps the segment mapped
   GpuWindowRef control;

@@ -37,12 +37,14 @@ Status ClientImpl::PrepareGpuJoin(const CommunicatorOptions& options, v1::Create
   return Status::Ok();
 }
 
-GpuCommSetup ClientImpl::MakeGpuSetup(const CommunicatorOptions& options, const v1::CreateCommunicatorResponse& resp,
+GpuCommSetup ClientImpl::MakeGpuSetup(const CommunicatorOptions& options, uint32_t segment_rank,
+                                      const v1::CreateCommunicatorResponse& resp,
                                       const ring::CommSegment& seg, std::shared_ptr<ipc::ShmWindow> window,
                                       std::shared_ptr<void> queue_lease) {
   GpuCommSetup setup;
   setup.device = options.device;
-  setup.rank = options.rank;
+  setup.rank = segment_rank;
+  setup.world = options.world_size;
   setup.seg = seg;
   setup.seg_keep = window;
   auto ref = [](const v1::GpuWindow& w) {
@@ -55,7 +57,7 @@ GpuCommSetup ClientImpl::MakeGpuSetup(const CommunicatorOptions& options, const 
   setup.daemon_executed = resp.mode() == v1::EXECUTION_MODE_DAEMON;
   setup.blocks = resp.gpu_blocks();
   setup.queue_lease = std::move(queue_lease);
-  setup.register_plan = [this, comm_id = resp.comm_id(), rank = options.rank](CollectiveKind kind, DataType dtype,
+  setup.register_plan = [this, comm_id = resp.comm_id(), rank = segment_rank](CollectiveKind kind, DataType dtype,
                                                                              ReduceOp op, uint64_t count) {
     v1::OpRequest req;
     req.set_kind(static_cast<v1::CollectiveKind>(kind));
@@ -66,7 +68,7 @@ GpuCommSetup ClientImpl::MakeGpuSetup(const CommunicatorOptions& options, const 
   };
   if (daemon_api_minor_ >= 3) {  // older daemons have no registration calls
     const int register_timeout_ms = options.join_timeout_ms + options_.rpc_timeout_ms;
-    setup.register_buffer = [this, comm_id = resp.comm_id(), rank = options.rank, register_timeout_ms](
+    setup.register_buffer = [this, comm_id = resp.comm_id(), rank = segment_rank, register_timeout_ms](
                                 int fd, uint64_t allocation_bytes, uint64_t offset, uint64_t bytes,
                                 GpuRegistrationReply* out) -> Status {
       v1::RegisterGpuBufferRequest req;
@@ -91,7 +93,7 @@ GpuCommSetup ClientImpl::MakeGpuSetup(const CommunicatorOptions& options, const 
     };
     // A buffer may outlive its client: then the session, and the daemon's reference, are gone already.
     setup.deregister_buffer = [weak = weak_from_this(), comm_id = resp.comm_id(),
-                               rank = options.rank](uint64_t buffer_id) -> Status {
+                               rank = segment_rank](uint64_t buffer_id) -> Status {
       auto self = weak.lock();
       if (!self) return Status::Ok();
       v1::DeregisterGpuBufferRequest req;

@@ -37,6 +37,11 @@ void Prepare(DataType dt, ReduceOp op, bool gather, uint32_t world, uint32_t r, 
 
 void CheckedAllReduce(const Daemon& d, Ranks& ranks, Buffers& b, DataType dt, ReduceOp op, uint64_t count,
                       bool in_place, uint64_t seed, const std::string& what) {
+  CheckedAllReduce([&d] { return d.Log(); }, ranks, b, dt, op, count, in_place, seed, what);
+}
+
+void CheckedAllReduce(const std::function<std::string()>& log, Ranks& ranks, Buffers& b, DataType dt, ReduceOp op,
+                      uint64_t count, bool in_place, uint64_t seed, const std::string& what) {
   const uint32_t n = ranks.n();
   std::vector<Handle> h(n);
   for (uint32_t r = 0; r < n; ++r) {  // in place: poison first, then the input into recv
@@ -49,7 +54,7 @@ void CheckedAllReduce(const Daemon& d, Ranks& ranks, Buffers& b, DataType dt, Re
   }
   for (uint32_t r = 0; r < n; ++r) {
     Status s = h[r].Wait();
-    ASSERT_TRUE(s.ok()) << s.ToString() << d.Log();
+    ASSERT_TRUE(s.ok()) << s.ToString() << log();
     auto out = Download(b.recv[r], count * DataTypeSize(dt));
     EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, out.data(), count), 0u)
         << what << " n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " count=" << count

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +43,12 @@ struct Ranks {
 
   Status Create(const Daemon& d, const std::string& key, uint32_t n, uint64_t heap_bytes,
                 ExecutionMode mode = ExecutionMode::kClient) {
+    return Create([&d](uint32_t r) { return d.Connect("rank" + std::to_string(r)); }, key, n, heap_bytes, mode);
+  }
+  // Rank r's client from `connect(r)` (ranks on several daemons: a
+  // communicator across nodes).
+  Status Create(const std::function<std::unique_ptr<Client>(uint32_t)>& connect, const std::string& key, uint32_t n,
+                uint64_t heap_bytes, ExecutionMode mode) {
     clients.resize(n);
     comms.resize(n);
     streams.resize(n);
@@ -49,7 +56,7 @@ struct Ranks {
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
-        clients[r] = d.Connect("rank" + std::to_string(r));
+        clients[r] = connect(r);
         if (!clients[r]) {
           st[r] = Status::Unavailable("connect failed");
           return;
@@ -127,6 +134,9 @@ void Prepare(DataType dt, ReduceOp op, bool gather, uint32_t world, uint32_t r, 
 // case in failures.
 void CheckedAllReduce(const Daemon& d, Ranks& ranks, Buffers& b, DataType dt, ReduceOp op, uint64_t count,
                       bool in_place, uint64_t seed, const std::string& what);
+// The same, with `log()` (the daemons' output) in failures.
+void CheckedAllReduce(const std::function<std::string()>& log, Ranks& ranks, Buffers& b, DataType dt, ReduceOp op,
+                      uint64_t count, bool in_place, uint64_t seed, const std::string& what);
 
 // One all-gather of `count` float32 per rank on every rank of `ranks` (rank
 // r's input in send[r], or in its chunk of recv[r] in place), every rank's

@@ -35,15 +35,16 @@ inline v1::GetClusterResponse Cluster(const std::string& socket, bool* ok) {
 
 class MpirunCluster {
  public:
-  // Starts `nodes` daemons (host backend) with `extra` flags; Ready() says
+  // Starts `nodes` daemons on `backend` with `extra` flags; Ready() says
   // whether every one serves and sees every other, with its pid in pids().
-  MpirunCluster(int nodes, const std::vector<std::string>& extra) : nodes_(nodes) {
+  MpirunCluster(int nodes, const std::vector<std::string>& extra, const std::string& backend = "host")
+      : nodes_(nodes) {
     std::vector<std::string> argv = {MPIEXEC_BIN, "-np", std::to_string(nodes), "--oversubscribe", "--bind-to",
                                      "none", "--enable-recovery", "--mca", "btl", "self,tcp", "-x", "UCX_TLS=tcp,self",
                                      "-x", "UCX_NET_DEVICES=lo", "-x", "UCX_WARN_UNUSED_ENV_VARS=n"};
     if (geteuid() == 0) argv.insert(argv.begin() + 1, "--allow-run-as-root");
     for (const std::string& a : {DaemonBin(), std::string("--cluster"), std::string("mpi"), std::string("--socket"),
-                                 dir_.path() + "/c{node}.sock", std::string("--backend"), std::string("host"),
+                                 dir_.path() + "/c{node}.sock", std::string("--backend"), backend,
                                  std::string("--log-level"), std::string("info")}) {
       argv.push_back(a);
     }

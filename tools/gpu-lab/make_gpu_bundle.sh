@@ -14,9 +14,11 @@ tool=${DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}
 rm -rf "$out"
 bins=()
 for b in "$root"/build/bin/*; do [ -x "$b" ] && bins+=("$b"); done
+# The network's own yardstick (multinode_device_batch.sh), where installed.
+for b in ucx_perftest ucx_info; do command -v "$b" > /dev/null && bins+=("$(command -v "$b")"); done
 bash "$tool" pack "$out" "${bins[@]}"
 # Debug info would take the bundle past the device tool's 64 MiB carry limit.
 strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
 cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_host_bench.sh "$root"/tests/run_example.sh \
-  "$root"/tests/stress/negative-controls.sh "$out"/
+  "$root"/tests/stress/negative-controls.sh "$root"/bench/run_multinode_bench.sh "$out"/
 echo "bundle: $out ($(du -sh "$out" | cut -f1))"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 17 on the GPU machine, one device call over a bundle (make_gpu_bundle.sh,
+# with ucx_perftest packed in): the UCX there, the GPU communicator across two
+# daemons, the host multinode tests on 16 cores, and the multinode bench with
+# 2 and 4 daemons. Outputs under $OUT.
+#   bash gpu-bundle/multinode_device_batch.sh
+source "$(dirname "$0")/gpu_bundle_env.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH=$PWD/bin:$PATH
+nproc; (ucx_info -v 2>/dev/null || echo "no ucx_info") | head -2
+ldd bin/collectived | grep -E "ucp|ucs|mpi" | head -4
+timeout 150 ./bin/gpu_daemon_test --gtest_filter='*AcrossTwoDaemons*' > "$out/gpu_across.txt" 2>&1
+echo "gpu across rc=$?"
+grep -E "^\[ +(FAILED|PASSED|SKIPPED) |Failure|Expected|wrong|GPU across|CUDA-aware" "$out/gpu_across.txt" | head -30
+timeout 120 ./bin/multinode_test > "$out/multinode.txt" 2>&1; echo "multinode rc=$?"
+grep -E "^\[ +(FAILED|PASSED) |Failure|killed|stopped|restarted|4 nodes|differing" "$out/multinode.txt" | head -30
+for n in 2 4; do
+  timeout 110 bash run_multinode_bench.sh "$n" 16384,1048576,67108864 20 > "$out/bench$n.txt" 2>&1
+  echo "bench $n rc=$?"; grep -vE "^# (latency|collectived)" "$out/bench$n.txt"
+done
