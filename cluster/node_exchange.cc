@@ -105,7 +105,11 @@ bool SpanningExchange::Spans(uint32_t node) const {
 }
 
 Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
-                                  const ring::WaitContext& ctx) {
+                                  bool only_out, const ring::WaitContext& ctx) {
+  // Working in `out` itself saves a copy of every element; a receive a failed
+  // wait could not cancel may then still write `out` (the op has failed).
+  uint8_t* work = only_out && out != nullptr ? out : memory_->staging;
+  if (work == out) out = nullptr;
   const int64_t start = ring::NowNs();
   const uint64_t tag_base = DataTag(plan_.comm_tag, index, DescriptorHash(d), 0, 0);
   Status s;
@@ -114,9 +118,9 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
   } else if (d.kind == CollectiveKind::kAllGather) {
     s = AllGather(tag_base, d, out != nullptr ? out : memory_->staging, ctx);
   } else if (d.count * DataTypeSize(d.dtype) <= kDirectMaxBytes) {
-    s = AllReduceDirect(tag_base, d, own, out, ctx);
+    s = AllReduceDirect(tag_base, d, own, work, out, ctx);
   } else {
-    s = AllReduceRing(tag_base, d, own, out, ctx);
+    s = AllReduceRing(tag_base, d, own, work, out, ctx);
   }
   exchange_ns_.fetch_add(static_cast<uint64_t>(ring::NowNs() - start));
   exchanges_.fetch_add(1);
@@ -153,14 +157,13 @@ Status SpanningExchange::Abandon(std::vector<std::unique_ptr<Transfer>>* transfe
 }
 
 Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own,
-                                         uint8_t* out, const ring::WaitContext& ctx) {
+                                         uint8_t* work, uint8_t* out, const ring::WaitContext& ctx) {
   const uint32_t n = static_cast<uint32_t>(plan_.nodes.size());
   const uint32_t self = self_index_;
   const size_t esize = DataTypeSize(d.dtype);
   const uint64_t bytes = d.count * esize;
   const ReduceOp op = d.reduce_op == ReduceOp::kAvg ? ReduceOp::kSum : d.reduce_op;
   const Pieces pieces(d.count, esize);
-  uint8_t* staging = memory_->staging;
   auto part_of = [&](uint32_t k) -> const uint8_t* {  // node entry k's part (its arrival, or ours)
     return k == self ? own : memory_->scratch + uint64_t{k < self ? k : k - 1} * bytes;
   };
@@ -185,16 +188,16 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
     }
   }
   // A piece is reduced once it arrived from every node and left for every
-  // node (`own` may be staging, which the reduction overwrites).
+  // node (`own` may be `work`, which the reduction overwrites).
   std::vector<uint32_t> ended(pieces.n, 0);
   std::vector<const void*> inputs(n);
   return transport_->WaitAll(&transfers, ctx, memory_, [&](size_t i) {
     const uint32_t p = piece_of[i];
     if (++ended[p] < 2 * (n - 1)) return Status::Ok();
     for (uint32_t k = 0; k < n; ++k) inputs[k] = part_of(k);
-    host::ReduceElements(d.dtype, op, staging, inputs.data(), n, pieces.begin(p), pieces.end(p));
+    host::ReduceElements(d.dtype, op, work, inputs.data(), n, pieces.begin(p), pieces.end(p));
     if (out != nullptr) {
-      std::memcpy(out + pieces.begin(p) * esize, staging + pieces.begin(p) * esize,
+      std::memcpy(out + pieces.begin(p) * esize, work + pieces.begin(p) * esize,
                   (pieces.end(p) - pieces.begin(p)) * esize);
     }
     return Status::Ok();
@@ -202,7 +205,7 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
 }
 
 Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own,
-                                       uint8_t* out, const ring::WaitContext& ctx) {
+                                       uint8_t* work, uint8_t* out, const ring::WaitContext& ctx) {
   const uint32_t n = static_cast<uint32_t>(plan_.nodes.size());
   const uint32_t self = self_index_;
   const uint32_t next = plan_.nodes[(self + 1) % n], prev = plan_.nodes[(self + n - 1) % n];
@@ -211,13 +214,13 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
   const uint64_t chunk = (d.count + n - 1) / n;
   auto chunk_begin = [&](uint32_t c) { return std::min<uint64_t>(d.count, chunk * c); };
   auto chunk_end = [&](uint32_t c) { return std::min<uint64_t>(d.count, chunk * c + chunk); };
-  uint8_t* staging = memory_->staging;
+  uint8_t* staging = work;
   uint8_t* scratch = memory_->scratch;
   // Step t < n-1: reduce-scatter (send chunk self-t, receive chunk self-t-1
   // and add this node's part of it); then all-gather (send chunk
   // self+1-t', receive chunk self-t'). This node's part is read from `own`
-  // (step 0's send, each reduction); partial and final chunks are in
-  // staging. Steps run one after another: what a step writes, no transfer
+  // (step 0's send, each reduction); partial and final chunks are in `work`
+  // (here `staging`). Steps run one after another: what a step writes, no transfer
   // in flight reads.
   auto publish = [&](uint64_t begin, uint64_t end) {  // final elements [begin, end) to `out`
     if (out != nullptr && end > begin) std::memcpy(out + begin * esize, staging + begin * esize, (end - begin) * esize);

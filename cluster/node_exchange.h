@@ -61,7 +61,7 @@ class SpanningExchange : public host::NodeExchange {
   uint32_t StagingSlot(uint32_t global_rank) const override { return slot_of_[global_rank]; }
   uint8_t* staging() const override;
   std::atomic<uint64_t>& exchange_done() override { return done_; }
-  Status Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
+  Status Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out, bool only_out,
                   const ring::WaitContext& ctx) override;
 
   const SpanningPlan& plan() const { return plan_; }
@@ -75,10 +75,12 @@ class SpanningExchange : public host::NodeExchange {
  private:
   struct Memory;
   SpanningExchange() = default;
-  Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
-                         const ring::WaitContext& ctx);
-  Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
-                       const ring::WaitContext& ctx);
+  // `work`: where partial and final elements go (staging, or `out` itself);
+  // `out`, when set and not `work`, gets each final piece copied.
+  Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* work,
+                         uint8_t* out, const ring::WaitContext& ctx);
+  Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* work,
+                       uint8_t* out, const ring::WaitContext& ctx);
   Status AllGather(uint64_t tag_base, const ring::OpDescriptor& d, uint8_t* chunks, const ring::WaitContext& ctx);
   // A post failed: ends the transfers posted before it, returns `why`.
   Status Abandon(std::vector<std::unique_ptr<Transfer>>* transfers, const Status& why);

@@ -296,7 +296,7 @@ Status GpuExecutor::RunAcrossNodes(uint64_t index, const ring::OpDescriptor& d, 
   COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(stream));
   // Across: the network, with the op's deadline; an abort (a node lost) or Stop ends it.
   const ring::WaitContext ctx{&seg_, &stop_, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
-  COLLECTIVED_RETURN_IF_ERROR(exchange_->Exchange(index, d, gather ? nullptr : host, host, ctx));
+  COLLECTIVED_RETURN_IF_ERROR(exchange_->Exchange(index, d, gather ? nullptr : host, host, true, ctx));
   if (!gather && d.reduce_op == ReduceOp::kAvg) host::DivideElements(d.dtype, host, d.count, global);
   // Back: into every rank's output, before the publish kernel (same stream).
   for (uint32_t r = 0; r < world; ++r) {

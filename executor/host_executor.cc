@@ -205,7 +205,8 @@ Status RunSpanningBody(const CommSegment& seg, uint32_t rank, uint64_t index, co
   if (rank == 0) {
     // Rank 0's output is written during the exchange, except kAvg's (divided after).
     output_written = reduce && !avg;
-    Status s = ex.Exchange(index, d, own, output_written ? buf.recv : nullptr, ctx);  // all-gather: on staging
+    // All-gather: on staging. A node of one rank: nobody else reads staging.
+    Status s = ex.Exchange(index, d, own, output_written ? buf.recv : nullptr, n == 1, ctx);
     if (!s.ok()) return leader_failed(s);
     if (avg) DivideElements(d.dtype, staging, d.count, ex.global_world());
     ring::PublishWord(ex.exchange_done(), index + 1);

@@ -69,10 +69,12 @@ class NodeExchange {
   // input of a node's only rank, only read); the result lands in staging()
   // and, when `out` is set, in `out` too, piece by piece as it becomes final
   // (rank 0's output: no copy after the exchange). kAvg is summed (the
-  // caller divides). All-gather: on `out` (staging() when null), which holds
-  // this node's chunks at their StagingSlot places and receives the others'.
+  // caller divides). `only_out`: nobody reads staging() afterwards (a node
+  // of one rank), so the exchange works in `out` itself, with no copy.
+  // All-gather: on `out` (staging() when null), which holds this node's
+  // chunks at their StagingSlot places and receives the others'.
   virtual Status Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out,
-                          const ring::WaitContext& ctx) = 0;
+                          bool only_out, const ring::WaitContext& ctx) = 0;
 };
 
 // Runs op `index` of `rank` and completes it in the ring. Returns its status.
