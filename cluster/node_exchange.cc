@@ -108,6 +108,7 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
                                   bool only_out, const ring::WaitContext& ctx) {
   // Working in `out` itself saves a copy of every element; a receive a failed
   // wait could not cancel may then still write `out` (the op has failed).
+  uint8_t* chunks = out != nullptr ? out : memory_->staging;  // all-gather's
   uint8_t* work = only_out && out != nullptr ? out : memory_->staging;
   if (work == out) out = nullptr;
   const int64_t start = ring::NowNs();
@@ -116,7 +117,7 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
   if (d.count == 0) {
     s = Status::Ok();
   } else if (d.kind == CollectiveKind::kAllGather) {
-    s = AllGather(tag_base, d, out != nullptr ? out : memory_->staging, ctx);
+    s = AllGather(tag_base, d, chunks, ctx);
   } else if (d.count * DataTypeSize(d.dtype) <= kDirectMaxBytes) {
     s = AllReduceDirect(tag_base, d, own, work, out, ctx);
   } else {
