@@ -20,6 +20,8 @@ iters=${3:-20}
 work=$(mktemp -d /tmp/collectived-mnbench-XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export UCX_TLS=tcp,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
+# The daemons' tcp segment size (cluster/ucx_transport.cc), for ucx_perftest too.
+export UCX_TCP_TX_SEG_SIZE=${UCX_TCP_TX_SEG_SIZE:-256k} UCX_TCP_RX_SEG_SIZE=${UCX_TCP_RX_SEG_SIZE:-256k}
 cleanup() {
   if [ -n "${job:-}" ]; then kill -TERM "$job" 2>/dev/null; wait "$job" 2>/dev/null || true; fi
   rm -rf "$work"
@@ -29,8 +31,9 @@ trap cleanup EXIT
 perftest() {  # $1: port; prints the final line (MB/s column: 2^20 bytes per second)
   ucx_perftest -p "$1" > /dev/null 2>&1 &
   local srv=$!
-  sleep 1
-  ucx_perftest 127.0.0.1 -p "$1" -t tag_bw -s 67108864 -n 40 -w 5 2>&1 | tail -1
+  sleep 2
+  (ucx_perftest 127.0.0.1 -p "$1" -t tag_bw -s 67108864 -n 40 -w 5 2>&1 || true) | tail -1
+  kill "$srv" 2>/dev/null || true
   wait "$srv" 2>/dev/null || true
 }
 port=$((20000 + RANDOM % 20000))

@@ -118,7 +118,7 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
     s = Status::Ok();
   } else if (d.kind == CollectiveKind::kAllGather) {
     s = AllGather(tag_base, d, chunks, ctx);
-  } else if (d.count * DataTypeSize(d.dtype) <= kDirectMaxBytes) {
+  } else if (d.count * DataTypeSize(d.dtype) <= (plan_.nodes.size() == 2 ? kDirectMaxBytesTwoNodes : kDirectMaxBytes)) {
     s = AllReduceDirect(tag_base, d, own, work, out, ctx);
   } else {
     s = AllReduceRing(tag_base, d, own, work, out, ctx);

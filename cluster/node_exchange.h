@@ -2,8 +2,9 @@
 // on several daemons (docs/multinode.md). Each node's executors reduce (or
 // gather) their ranks into a staging area first; this node's rank 0 then
 // calls Exchange, which moves the nodes' parts over the transport:
-//   all-reduce  at most kDirectMaxBytes: every node sends its part to every
-//               other and reduces them all in node order (one round);
+//   all-reduce  at most kDirectMaxBytes (two nodes: kDirectMaxBytesTwoNodes):
+//               every node sends its part to every other and reduces them
+//               all in node order (one round);
 //               above, a ring reduce-scatter then all-gather between nodes
 //               (each node reduces 1/N of the vector, not all of it).
 //               Either way every node ends with the same bits.
@@ -48,6 +49,9 @@ Status CheckPlan(const SpanningPlan& plan, uint32_t self);
 class SpanningExchange : public host::NodeExchange {
  public:
   static constexpr uint64_t kDirectMaxBytes = 256 * 1024;
+  // Two nodes send the same bytes either way: one round beats two up to
+  // where reducing the whole vector (not half) costs more than the round.
+  static constexpr uint64_t kDirectMaxBytesTwoNodes = 4 << 20;
   static constexpr uint64_t kPieceBytes = 1 << 20;
 
   // `transport` outlives this. Staging and scratch are reserved (not

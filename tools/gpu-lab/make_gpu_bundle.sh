@@ -19,6 +19,10 @@ for b in ucx_perftest ucx_info; do command -v "$b" > /dev/null && bins+=("$(comm
 bash "$tool" pack "$out" "${bins[@]}"
 # Debug info would take the bundle past the device tool's 64 MiB carry limit.
 strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+# The raw UCX yardstick of the exchange between nodes (multinode_device_batch.sh).
+if command -v mpicxx > /dev/null; then
+  mpicxx -O2 -o "$out"/bin/ucx_exchange_probe "$root"/tools/gpu-lab/ucx_exchange_probe.cc -lucp -lucs
+fi
 cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_host_bench.sh "$root"/tests/run_example.sh \
   "$root"/tests/stress/negative-controls.sh "$root"/bench/run_multinode_bench.sh "$out"/
 echo "bundle: $out ($(du -sh "$out" | cut -f1))"

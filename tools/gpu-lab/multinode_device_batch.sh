@@ -14,6 +14,11 @@ grep -E "^\[ +(FAILED|PASSED|SKIPPED) |Failure|Expected|wrong|GPU across" "$out/
 echo "UCX memory types / cuda transports here:"; (ucx_info -d 2>/dev/null | grep -ciE "cuda") || true
 timeout 120 ./bin/multinode_test > "$out/multinode.txt" 2>&1; echo "multinode rc=$?"
 grep -E "^\[ +(FAILED|PASSED) |Failure|killed|stopped|restarted|4 nodes|differing" "$out/multinode.txt" | head -30
+echo "raw UCX, 2 processes, both ways at once (best of 30; tcp segments as the daemons'):"
+for args in "1 1 1048576 1 1 1" "1 1 524288 1 1 1 1048576" "1 1 1048576 0 0 0"; do
+  timeout 60 mpirun -np 2 --bind-to none --mca btl self,tcp -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo \
+    -x UCX_TCP_TX_SEG_SIZE=256k -x UCX_TCP_RX_SEG_SIZE=256k ./bin/ucx_exchange_probe $args 2>&1 | grep multi
+done
 for n in 2 4; do
   timeout 110 bash run_multinode_bench.sh "$n" 16384,1048576,67108864 20 > "$out/bench$n.txt" 2>&1
   echo "bench $n rc=$?"; grep -vE "^# (latency|collectived)" "$out/bench$n.txt"
