@@ -472,7 +472,14 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     } else if (!comm.seg.aborted()) {
       comm.aborted_by_destroy = true;
     }
-    const std::string reason = "rank " + std::to_string(rank) + " left: " + why;
+    // Across nodes a member is named by its global rank.
+    const uint32_t named = comm.exchange ? comm.exchange->global_rank(rank) : rank;
+    const std::string reason = "rank " + std::to_string(named) + " left: " + why;
+    // A member that died (not one that destroyed the communicator when done):
+    // the other nodes' ranks would otherwise wait out their op deadline.
+    if (comm.exchange && why != kDestroyedReason && !comm.seg.aborted()) {
+      TellSpannedNodesLocked(comm, Status::Aborted(reason));
+    }
     comm.seg.Abort(StatusCode::kAborted, reason.c_str());
     FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);
     if (comm.gpu_memory) {  // GPU kernels poll the abort word in device memory

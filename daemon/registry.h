@@ -250,8 +250,10 @@ class Registry {
   // Fails `key` (forming) here and on `nodes`; withdraws the local members.
   void FailKeyLocked(const std::string& key, const Status& status, const std::vector<uint32_t>& nodes,
                      uint32_t comm_tag, Deferred* after) COLLECTIVED_REQUIRES(mu_);
-  // Aborts formed communicators across nodes matching `pred`.
-  void AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code, const std::string& why)
+  // Tells the other nodes of `comm` (formed across nodes) that it failed here.
+  void TellSpannedNodesLocked(const Comm& comm, const Status& status) COLLECTIVED_REQUIRES(mu_);
+  // Aborts formed communicators across nodes matching `pred`; true if one matched.
+  bool AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code, const std::string& why)
       COLLECTIVED_REQUIRES(mu_);
   uint32_t NextCommTagLocked() COLLECTIVED_REQUIRES(mu_);
 

@@ -255,13 +255,30 @@ void Registry::FailKeyLocked(const std::string& key, const Status& status, const
   }
 }
 
-void Registry::AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code,
+bool Registry::AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code,
                                    const std::string& why) {
+  bool matched = false;
   for (auto& [id, c] : comms_) {
     if (!c->formed || !c->exchange || !pred(*c)) continue;
+    matched = true;
     if (!c->seg.aborted()) spdlog::error("communicator {} '{}' fails: {}", c->id, c->key, why);
     c->seg.Abort(code, why.c_str());
     ring::WakeWaiters(c->exchange->exchange_done());
+  }
+  return matched;
+}
+
+void Registry::TellSpannedNodesLocked(const Comm& comm, const Status& status) {
+  const uint32_t self = membership_->self();
+  cluster::ControlMessage m;
+  m.kind = cluster::ControlMessage::Kind::kFailure;
+  m.failure.key = comm.key;
+  m.failure.comm_tag = comm.exchange->plan().comm_tag;
+  m.failure.code = static_cast<uint32_t>(status.code());
+  m.failure.reason = status.message();
+  const std::string payload = cluster::EncodeControl(m);
+  for (uint32_t node : comm.exchange->plan().nodes) {
+    if (node != self) transport_->SendControl(node, payload);
   }
 }
 
@@ -306,15 +323,19 @@ void Registry::OnClusterMessage(uint32_t node, const std::string& payload) {
       case cluster::ControlMessage::Kind::kFailure: {
         const Status status(static_cast<StatusCode>(m.failure.code),
                             m.failure.reason + " (from node " + std::to_string(node) + ")");
-        if (m.failure.comm_tag != 0) {
-          AbortSpanningLocked(
-              [&](const Comm& c) {
-                return c.key == m.failure.key && c.exchange->plan().comm_tag == m.failure.comm_tag &&
-                       c.exchange->Spans(node);
-              },
-              status.code(), status.message());
-        }
-        FailKeyLocked(m.failure.key, status, {}, 0, &after);  // a forming one here: withdrawn
+        // A communicator formed here under that tag fails; if none did, the
+        // members still forming under the key were that communicator (its
+        // plan may not have arrived yet) and are withdrawn. A newer
+        // communicator of the same key is never touched: it forms only after
+        // the one of that tag formed here.
+        const bool formed = m.failure.comm_tag != 0 && AbortSpanningLocked(
+                                                           [&](const Comm& c) {
+                                                             return c.key == m.failure.key &&
+                                                                    c.exchange->plan().comm_tag == m.failure.comm_tag &&
+                                                                    c.exchange->Spans(node);
+                                                           },
+                                                           status.code(), status.message());
+        if (!formed) FailKeyLocked(m.failure.key, status, {}, 0, &after);
         break;
       }
     }

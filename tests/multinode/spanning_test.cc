@@ -244,6 +244,37 @@ TEST(SpanningTest, LostNodesFailOnlyWhatSpansThem) {
   kill(cluster.pids()[1], SIGCONT);
 }
 
+// A member that dies (its process killed) fails its peers on the other nodes
+// at once, naming it, instead of leaving them to their op deadline.
+TEST(SpanningTest, AMemberThatDiesFailsItsPeersOnOtherNodes) {
+  MpirunCluster cluster(2, {});
+  ASSERT_TRUE(cluster.Ready()) << cluster.Output();
+  testing::Process member({testing::TestClientBin(), "--socket", cluster.Socket(1), "--key", "dies", "--world", "2",
+                           "--rank", "1", "--mode", "daemon", "--scenario", "join-and-sleep"},
+                          cluster.dir() + "/member.log");
+  std::unique_ptr<Client> c;
+  ASSERT_TRUE(Client::Connect({.socket_path = cluster.Socket(0), .client_name = "survivor"}, &c).ok());
+  CommunicatorOptions o = testing::CommOptions("dies", 2, 0);
+  o.join_timeout_ms = 20000;  // the op timeout is the daemon's 30 s: the failure below is not the deadline
+  std::unique_ptr<Communicator> comm;
+  Status joined = c->CreateCommunicator(o, &comm);
+  ASSERT_TRUE(joined.ok()) << joined.ToString() << member.Output();
+  Buffer b;
+  ASSERT_TRUE(c->AllocBuffer(1024, &b).ok());
+  Handle h;
+  ASSERT_TRUE(comm->AllReduce(b, b, 256, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 waits in the exchange
+  const auto t0 = std::chrono::steady_clock::now();
+  member.Kill(SIGKILL);
+  Status s = h.Wait();
+  const int64_t ms = MsSince(t0);
+  std::printf("rank 1 killed on node 1: rank 0's op on node 0 failed after %lld ms: %s\n", (long long)ms,
+              s.ToString().c_str());
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("rank 1 left"), std::string::npos) << s.ToString();
+  EXPECT_LT(ms, 2000);
+}
+
 // Members that disagree get a status naming the disagreement, on every node.
 TEST(SpanningTest, DisagreementsAreStatusesNotData) {
   MpirunCluster cluster(2, {});
