@@ -125,6 +125,7 @@ void GpuExecutor::Run() {
   (void)gpuStreamSynchronize(static_cast<gpuStream_t>(stream_));
   ReleaseCopyEngineAllReduce();
   if (pinned_ != nullptr) (void)gpuFreeHost(pinned_);
+  for (void* e : stage_events_) (void)gpuEventDestroy(static_cast<gpuEvent_t>(e));
   (void)gpuStreamDestroy(static_cast<gpuStream_t>(stream_));
   (void)gpuHostUnregister(registered_);
 }
@@ -291,22 +292,58 @@ Status GpuExecutor::RunAcrossNodes(uint64_t index, const ring::OpDescriptor& d, 
       COLLECTIVED_RETURN_IF_ERROR(device::LaunchFusedAllReduce(d.dtype, op, a, device::kMaxBlocks, stream));
       part = outputs[0];
     }
-    COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(host, part, bytes, gpuMemcpyDeviceToHost, stream));
+    return PipelineAllReduce(index, d, static_cast<const uint8_t*>(part), host, outputs);
   }
   COLLECTIVED_GPU_CHECK(gpuStreamSynchronize(stream));
   // Across: the network, with the op's deadline; an abort (a node lost) or Stop ends it.
   const ring::WaitContext ctx{&seg_, &stop_, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
-  COLLECTIVED_RETURN_IF_ERROR(exchange_->Exchange(index, d, gather ? nullptr : host, host, true, ctx));
-  if (!gather && d.reduce_op == ReduceOp::kAvg) host::DivideElements(d.dtype, host, d.count, global);
+  COLLECTIVED_RETURN_IF_ERROR(exchange_->Exchange(index, d, nullptr, host, true, ctx));
   // Back: into every rank's output, before the publish kernel (same stream).
   for (uint32_t r = 0; r < world; ++r) {
-    if (!gather) {
-      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(outputs[r], host, bytes, gpuMemcpyHostToDevice, stream));
-      continue;
-    }
     for (uint32_t g = 0; g < global; ++g) {
       COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(static_cast<uint8_t*>(outputs[r]) + uint64_t{g} * bytes,
                                            host + uint64_t{exchange_->StagingSlot(g)} * bytes, bytes,
+                                           gpuMemcpyHostToDevice, stream));
+    }
+  }
+  return Status::Ok();
+}
+
+// The node's part in chunks: every chunk's copy out is queued at once, each
+// followed by an event; chunk c's exchange starts when its copy landed and
+// runs while later chunks still copy out and earlier ones copy back into the
+// ranks' outputs (the copy engines and the network at once). Chunk c is
+// exchanged as op index * kMaxStageChunks + c: no two chunks of neighbouring
+// ops share a tag.
+Status GpuExecutor::PipelineAllReduce(uint64_t index, const ring::OpDescriptor& d, const uint8_t* part, uint8_t* host,
+                                      void* const* outputs) {
+  auto stream = static_cast<gpuStream_t>(stream_);
+  const uint64_t es = DataTypeSize(d.dtype);
+  const uint64_t per = std::max<uint64_t>({1, kStageChunkBytes / es, (d.count + kMaxStageChunks - 1) / kMaxStageChunks});
+  const uint32_t chunks = static_cast<uint32_t>((d.count + per - 1) / per);
+  while (stage_events_.size() < chunks) {
+    gpuEvent_t e;
+    COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&e, gpuEventDisableTiming));
+    stage_events_.push_back(e);
+  }
+  for (uint32_t c = 0; c < chunks; ++c) {
+    const uint64_t b = c * per, n = std::min(d.count, b + per) - b;
+    COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(host + b * es, part + b * es, n * es, gpuMemcpyDeviceToHost, stream));
+    COLLECTIVED_GPU_CHECK(gpuEventRecord(static_cast<gpuEvent_t>(stage_events_[c]), stream));
+  }
+  // The network, with the op's deadline; an abort (a node lost) or Stop ends it.
+  const ring::WaitContext ctx{&seg_, &stop_, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
+  const uint32_t global = exchange_->global_world();
+  for (uint32_t c = 0; c < chunks; ++c) {
+    const uint64_t b = c * per, n = std::min(d.count, b + per) - b;
+    COLLECTIVED_GPU_CHECK(gpuEventSynchronize(static_cast<gpuEvent_t>(stage_events_[c])));
+    ring::OpDescriptor sub = d;
+    sub.count = n;
+    uint8_t* at = host + b * es;
+    COLLECTIVED_RETURN_IF_ERROR(exchange_->Exchange(index * kMaxStageChunks + c, sub, at, at, true, ctx));
+    if (d.reduce_op == ReduceOp::kAvg) host::DivideElements(d.dtype, at, n, global);
+    for (uint32_t r = 0; r < seg_.world_size(); ++r) {  // before the publish kernel (same stream)
+      COLLECTIVED_GPU_CHECK(gpuMemcpyAsync(static_cast<uint8_t*>(outputs[r]) + b * es, at, n * es,
                                            gpuMemcpyHostToDevice, stream));
     }
   }
@@ -463,6 +500,9 @@ Status GpuExecutor::CopyEngineAllReduce(DataType, ReduceOp, const void* const*, 
 Status GpuExecutor::PrepareCopyEngineAllReduce(uint32_t) { return Status::Ok(); }
 void GpuExecutor::ReleaseCopyEngineAllReduce() {}
 Status GpuExecutor::RunAcrossNodes(uint64_t, const ring::OpDescriptor&, const void* const*, void* const*) {
+  return Status::Ok();
+}
+Status GpuExecutor::PipelineAllReduce(uint64_t, const ring::OpDescriptor&, const uint8_t*, uint8_t*, void* const*) {
   return Status::Ok();
 }
 

@@ -69,9 +69,16 @@ class GpuExecutor {
   // ranks' buffers (device pointers in the daemon's mappings).
   Status RunAcrossNodes(uint64_t index, const ring::OpDescriptor& d, const void* const* inputs,
                         void* const* outputs);
+  // RunAcrossNodes's all-reduce: the node's `part` (device) through `host`,
+  // pipelined in chunks, into every rank's output.
+  Status PipelineAllReduce(uint64_t index, const ring::OpDescriptor& d, const uint8_t* part, uint8_t* host,
+                           void* const* outputs);
+  static constexpr uint64_t kStageChunkBytes = 4ull << 20;
+  static constexpr uint64_t kMaxStageChunks = 64;
   host::NodeExchange* exchange_ = nullptr;
   void* pinned_ = nullptr;  // host staging of the exchange, grown on demand
   uint64_t pinned_bytes_ = 0;
+  std::vector<void*> stage_events_;  // one per chunk in flight (PipelineAllReduce)
 
   ring::CommSegment seg_;
   std::shared_ptr<GpuCommMemory> memory_;
