@@ -481,6 +481,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
       TellSpannedNodesLocked(comm, Status::Aborted(reason));
     }
     comm.seg.Abort(StatusCode::kAborted, reason.c_str());
+    if (comm.exchange) ring::WakeWaiters(comm.exchange->exchange_done());  // ranks waiting for rank 0's exchange
     FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);
     if (comm.gpu_memory) {  // GPU kernels poll the abort word in device memory
       after->push_back([mem = comm.gpu_memory] {

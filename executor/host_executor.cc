@@ -347,6 +347,7 @@ void RankExecutor::Stop() {
   // the word it sleeps on), so wake until it is gone.
   while (thread_.joinable() && !exited_.load(std::memory_order_acquire)) {
     seg_.WakeAll();
+    if (exchange_ != nullptr) ring::WakeWaiters(exchange_->exchange_done());  // not a word of the segment
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (thread_.joinable()) thread_.join();
