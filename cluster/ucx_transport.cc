@@ -121,35 +121,32 @@ Status UcxTransport::Create(std::unique_ptr<UcxTransport>* out) {
   };
   s = ucp_worker_set_am_recv_handler(worker, &hp);
   if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
-  hp.id = kNodeUpdateAm;
-  hp.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
-             const ucp_am_recv_param_t* param) -> ucs_status_t {
-    auto* self = static_cast<UcxTransport*>(arg);
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {  // a record is small: never rendezvous
-      self->refused_.fetch_add(1);
-      return UCS_OK;
-    }
-    self->OnNodeUpdate(header, header_length, data, length);
-    return UCS_OK;
-  };
-  s = ucp_worker_set_am_recv_handler(worker, &hp);
-  if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
-  hp.id = kControlAm;
-  hp.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
-             const ucp_am_recv_param_t* param) -> ucs_status_t {
-    auto* self = static_cast<UcxTransport*>(arg);
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {  // control messages are small
-      self->refused_.fetch_add(1);
-      return UCS_OK;
-    }
-    self->OnControl(header, header_length, data, length);
-    return UCS_OK;
-  };
-  s = ucp_worker_set_am_recv_handler(worker, &hp);
-  if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
+  COLLECTIVED_RETURN_IF_ERROR(t->HandleEager<&UcxTransport::OnNodeUpdate>(kNodeUpdateAm));
+  COLLECTIVED_RETURN_IF_ERROR(t->HandleEager<&UcxTransport::OnControl>(kControlAm));
   t->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (t->wake_fd_ < 0) return Status::Internal("eventfd failed");
   *out = std::move(t);
+  return Status::Ok();
+}
+
+template <void (UcxTransport::*handler)(const void*, size_t, const void*, size_t)>
+Status UcxTransport::HandleEager(unsigned id) {
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = id;
+  hp.arg = this;
+  hp.cb = [](void* arg, const void* header, size_t header_length, void* data, size_t length,
+             const ucp_am_recv_param_t* param) -> ucs_status_t {
+    auto* self = static_cast<UcxTransport*>(arg);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      self->refused_.fetch_add(1);
+      return UCS_OK;
+    }
+    (self->*handler)(header, header_length, data, length);
+    return UCS_OK;
+  };
+  ucs_status_t s = ucp_worker_set_am_recv_handler(static_cast<ucp_worker_h>(worker_), &hp);
+  if (s != UCS_OK) return UcxStatus(s, "ucp_worker_set_am_recv_handler");
   return Status::Ok();
 }
 

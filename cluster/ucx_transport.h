@@ -118,6 +118,10 @@ class UcxTransport {
   void ApplyRejoins() COLLECTIVED_EXCLUDES(rejoin_mu_);
   Status Connect(Peer* peer, const NodeInfo& info);
   static void OnEndpointError(void* arg, void* ep, int status);
+  // Registers `handler` (a member taking header and payload) for active
+  // message `id`; a rendezvous one (control traffic is small) is refused.
+  template <void (UcxTransport::*handler)(const void*, size_t, const void*, size_t)>
+  Status HandleEager(unsigned id);
 
   void* context_ = nullptr;  // ucp_context_h
   void* worker_ = nullptr;   // ucp_worker_h
