@@ -1,5 +1,6 @@
 #include "client/src/communicator_impl.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -68,6 +69,11 @@ uint64_t Communicator::id() const { return impl_->id(); }
 ExecutionMode Communicator::mode() const { return impl_->mode(); }
 uint64_t Communicator::max_message_bytes() const { return impl_->max_message_bytes(); }
 Status Communicator::Destroy() { return impl_->Destroy(); }
+Status Communicator::Abort(const std::string& reason) { return impl_->Abort(reason); }
+Status Communicator::AsyncError() const { return impl_->AsyncError(); }
+bool Communicator::ZeroCopy(const void* ptr, uint64_t bytes) const {
+  return impl_->gpu() != nullptr && !impl_->destroyed() && impl_->gpu()->ZeroCopy(ptr, bytes);
+}
 bool Communicator::on_gpu() const { return impl_->gpu() != nullptr; }
 
 namespace {
@@ -255,9 +261,42 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
   return Status::Ok();
 }
 
+Status CommunicatorImpl::AsyncError() const {
+  Status aborted = seg_.AbortStatus();
+  if (!aborted.ok()) return aborted;
+  return gpu_ ? gpu_->LastOpError() : Status::Ok();
+}
+
+Status CommunicatorImpl::Abort(const std::string& reason) {
+  // Stop every waiter first, before the lock a Destroy in progress may hold:
+  // host waiters (this process and peers) see the segment's abort, kernels
+  // (this rank's and peers') the abort word.
+  const std::string why = "rank " + std::to_string(global_rank_) + " aborted the communicator: " + reason;
+  seg_.Abort(StatusCode::kAborted, why.c_str());
+  const Status raised = gpu_ ? gpu_->RaiseAbort() : Status::Ok();
+  std::lock_guard<std::mutex> lock(destroy_mu_);
+  if (destroyed_.load(std::memory_order_acquire)) return Status::Ok();
+  destroyed_.store(true, std::memory_order_release);
+  // Leave without draining: the daemon frees this rank's place and sets the
+  // abort word too (which covers a RaiseAbort that failed). A daemon that is
+  // gone changes nothing here: the abort is already in shared memory.
+  const Status left = client_->DestroyCommunicator(comm_id_, rank_);
+  // Kernels give up within microseconds of the abort word; bound the wait
+  // anyway (a caller's own kernel ahead of them on the stream may not end).
+  const Status quiesced = gpu_ ? gpu_->Quiesce(std::min<int64_t>(OpTimeoutMs() + 1000, 10000)) : Status::Ok();
+  leak_gpu_ = !quiesced.ok();
+  if (executor_) executor_->Stop();
+  if (gpu_ && quiesced.ok()) gpu_->ReleaseQueueLease();
+  destroy_status_ = seg_.AbortStatus();
+  if (!quiesced.ok()) return quiesced;
+  if (!raised.ok() && !left.ok()) return raised;  // neither way reached the kernels
+  return Status::Ok();
+}
+
 Status CommunicatorImpl::Destroy() {
-  if (destroyed_) return destroy_status_;
-  destroyed_ = true;
+  std::lock_guard<std::mutex> lock(destroy_mu_);
+  if (destroyed_.load(std::memory_order_acquire)) return destroy_status_;
+  destroyed_.store(true, std::memory_order_release);
   // GPU: every eager op this rank enqueued must have run before anything is unmapped.
   Status quiesced = gpu_ ? gpu_->Quiesce(OpTimeoutMs() + 5000) : Status::Ok();
   leak_gpu_ = !quiesced.ok();

@@ -2,6 +2,7 @@
 #ifndef COLLECTIVED_CLIENT_SRC_COMMUNICATOR_IMPL_H_
 #define COLLECTIVED_CLIENT_SRC_COMMUNICATOR_IMPL_H_
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -38,9 +39,11 @@ class CommunicatorImpl : public host::BufferResolver {
   Status Post(CollectiveKind kind, BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, ReduceOp op,
               bool via_rpc, Handle* handle);
   Status Destroy();
+  Status Abort(const std::string& reason);
+  Status AsyncError() const;
   void SetGpu(std::unique_ptr<GpuCommunicator> gpu) { gpu_ = std::move(gpu); }
   GpuCommunicator* gpu() const { return gpu_.get(); }
-  bool destroyed() const { return destroyed_; }
+  bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }
   // Wraps a GPU op's state in a handle.
   void MakeGpuHandle(std::shared_ptr<GpuOpState> op, Handle* handle) const;
 
@@ -66,7 +69,8 @@ class CommunicatorImpl : public host::BufferResolver {
   ExecutionMode mode_;
   std::unique_ptr<host::RankExecutor> executor_;
   std::unique_ptr<GpuCommunicator> gpu_;
-  bool destroyed_ = false;
+  std::atomic<bool> destroyed_{false};
+  std::mutex destroy_mu_;  // Destroy and Abort, from any thread
   // Destroy could not see this rank's GPU work finish: its mappings are never
   // undone, so that work cannot fault on an unmapped page.
   bool leak_gpu_ = false;

@@ -254,6 +254,39 @@ Status GpuCommunicator::AllGather(const void* send, void* recv, uint64_t count, 
                    nullptr, out);
 }
 
+bool GpuCommunicator::ZeroCopy(const void* p, uint64_t bytes) const {
+  uint64_t tag = 0;
+  const void* at[ring::kMaxDeviceRanks];
+  return engine_->Symmetric(p, bytes, &tag, at);
+}
+
+Status GpuCommunicator::LastOpError() const {
+  std::shared_ptr<GpuOpState> last;
+  {
+    std::lock_guard<std::mutex> lock(engine_->order->mu);
+    last = engine_->order->last;
+  }
+  if (!last || last->captured || last->status_slot == nullptr) return Status::Ok();
+  // The complete kernel writes the word once; until then it reads kSlotUnset.
+  const int32_t code = *reinterpret_cast<volatile const int32_t*>(last->status_slot);
+  if (code == kSlotUnset || code == ring::kDeviceOk) return Status::Ok();
+  return VerdictStatus(code, last->seg, last->timeout_ns);
+}
+
+Status GpuCommunicator::RaiseAbort() {
+  DeviceGuard guard(engine_->setup.device);
+  // A private non-blocking stream: the legacy stream would queue behind the
+  // very kernels this is meant to stop.
+  gpuStream_t stream = nullptr;
+  COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking));
+  static const uint64_t kOne = 1;
+  const gpuError_t copied = gpuMemcpyAsync(engine_->abort_word, &kOne, sizeof(kOne), gpuMemcpyHostToDevice, stream);
+  const gpuError_t synced = copied == gpuSuccess ? gpuStreamSynchronize(stream) : copied;
+  gpuStreamDestroy(stream);
+  if (synced != gpuSuccess) return gpu::GpuErrorStatus(synced, "setting the abort word", __FILE__, __LINE__);
+  return Status::Ok();
+}
+
 Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
   std::shared_ptr<GpuOpState> last;
   {

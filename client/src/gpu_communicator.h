@@ -125,6 +125,13 @@ class GpuCommunicator {
                    std::shared_ptr<GpuOpState>* out);
   Status AllGather(const void* send, void* recv, uint64_t count, DataType dtype, void* stream,
                    std::shared_ptr<GpuOpState>* out);
+  // True when ops on [p, p + bytes) run zero-copy (heap or registered buffer).
+  bool ZeroCopy(const void* p, uint64_t bytes) const;
+  // The failed verdict of this rank's last eager op, if it finished failing; else OK.
+  Status LastOpError() const;
+  // Sets the communicator's abort word in device memory from the host (a
+  // private stream): every rank's spinning kernel gives up.
+  Status RaiseAbort();
   // Waits for every eager op this rank enqueued (before Destroy unmaps anything).
   Status Quiesce(int64_t timeout_ms);
   // Gives back the hardware-queue reservation (on Destroy, once quiesced).

@@ -38,6 +38,9 @@ Status GpuCommunicator::AllGather(const void*, void*, uint64_t, DataType, void*,
   return NoCuda();
 }
 Status GpuCommunicator::Quiesce(int64_t) { return Status::Ok(); }
+bool GpuCommunicator::ZeroCopy(const void*, uint64_t) const { return false; }
+Status GpuCommunicator::LastOpError() const { return Status::Ok(); }
+Status GpuCommunicator::RaiseAbort() { return NoCuda(); }
 void GpuCommunicator::ReleaseQueueLease() {}
 Status GpuCommunicator::ReadTrace(uint64_t, std::vector<OpTrace>*) const { return NoCuda(); }
 

@@ -201,6 +201,24 @@ class Communicator {
                          Handle* handle);
   Status SubmitAllGather(BufferSpan send, BufferSpan recv, uint64_t count, DataType dtype, Handle* handle);
 
+  // GPU communicators: true when ops on [ptr, ptr + bytes) run zero-copy
+  // (a heap or registered buffer of this rank), false when they are staged
+  // (and then limited to max_message_bytes per rank).
+  bool ZeroCopy(const void* ptr, uint64_t bytes) const;
+
+  // The communicator's first failure, cheaply (no RPC, no GPU call) and from
+  // any thread: an abort (a peer left or died, a node was lost, Abort) or
+  // the verdict of this rank's last eager GPU op (a deadline, a mismatch).
+  // OK while the communicator is healthy.
+  Status AsyncError() const;
+  // Ends every rank's ops now and leaves without waiting for them: this
+  // rank's in-flight and stalled ops give up (their streams move on), peers'
+  // ops end ABORTED naming this rank and `reason`, and later ops here fail.
+  // From any thread, also while another thread posts ops or waits; returns
+  // within the RPC timeout plus a bounded wait for this rank's kernels
+  // (their memory stays mapped if they did not stop). Idempotent.
+  Status Abort(const std::string& reason);
+
   // Per-rank timestamps of op `index` (debugging and stress testing).
   Status GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const;
 

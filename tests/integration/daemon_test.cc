@@ -288,6 +288,65 @@ TEST_F(DaemonTest, CleanlyDestroyedCommunicatorIsClosedNotAborted) {
   EXPECT_EQ(seen, 2);
 }
 
+// Communicator::Abort from a second thread while the first waits on an op a
+// peer never posts: the wait ends ABORTED at once (not at the 4 s op
+// deadline), the peer sees it through AsyncError, and the daemon goes on.
+TEST_F(DaemonTest, AbortFromAnotherThreadEndsAStalledOpAndPeersSeeIt) {
+  for (ExecutionMode mode : {ExecutionMode::kClient, ExecutionMode::kDaemon}) {
+    SCOPED_TRACE(ExecutionModeName(mode));
+    const std::string key = std::string("abort-") + ExecutionModeName(mode);
+    auto c0 = daemon_.Connect();
+    auto c1 = daemon_.Connect();
+    std::unique_ptr<Communicator> comm0, comm1;
+    RunRanks(2, [&](uint32_t r) { (r == 0 ? comm0 : comm1) = Join(r == 0 ? *c0 : *c1, key, 2, r, mode); });
+    ASSERT_TRUE(comm0 && comm1);
+    EXPECT_TRUE(comm1->AsyncError().ok());
+    Buffer b;
+    ASSERT_TRUE(c0->AllocBuffer(4096, &b).ok());
+    testing::FillInput(DataType::kFloat32, ReduceOp::kSum, 0, 1, b.data(), 1024);
+    Handle h;
+    ASSERT_TRUE(comm0->AllReduce(b, b, 1024, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Status early;
+    EXPECT_FALSE(h.Test(&early)) << "the op completed without its peer: " << early.ToString();  // really stalled
+    const auto t0 = std::chrono::steady_clock::now();
+    Status waited;
+    std::thread waiter([&] { waited = h.Wait(); });
+    std::thread aborter([&] { EXPECT_TRUE(comm0->Abort("a test's watchdog").ok()); });
+    aborter.join();
+    const auto abort_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    waiter.join();
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    EXPECT_LT(abort_ms.count(), 1500);
+    EXPECT_LT(wait_ms.count(), 1500);
+    EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
+    EXPECT_NE(waited.message().find("rank 0 aborted the communicator: a test's watchdog"), std::string::npos)
+        << waited.ToString();
+    Status seen;
+    for (int i = 0; i < 100 && seen.ok(); ++i) {
+      seen = comm1->AsyncError();
+      if (seen.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(seen.code(), StatusCode::kAborted) << seen.ToString();
+    EXPECT_NE(seen.message().find("rank 0 aborted"), std::string::npos) << seen.ToString();
+    Buffer b1;
+    ASSERT_TRUE(c1->AllocBuffer(4096, &b1).ok());
+    Handle h1;
+    Status posted = comm1->AllReduce(b1, b1, 1024, DataType::kFloat32, ReduceOp::kSum, &h1);
+    if (posted.ok()) posted = h1.Wait();
+    EXPECT_EQ(posted.code(), StatusCode::kAborted) << posted.ToString();
+    EXPECT_TRUE(comm0->Abort("again").ok());  // idempotent
+    EXPECT_EQ(comm0->Destroy().code(), StatusCode::kAborted);
+    EXPECT_FALSE(comm0->AllReduce(b, b, 1024, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+  }
+  // The daemon goes on serving.
+  RunRanks(2, [&](uint32_t r) {
+    auto c = daemon_.Connect();
+    auto comm = Join(*c, "after-abort", 2, r);
+    EXPECT_EQ(SumAllReduce(*c, *comm, 256, 9), 0u);
+  });
+}
+
 // A wait that times out before the op completes must not become the op's
 // status: once the op completes, waits report its own (OK) status.
 TEST_F(DaemonTest, ShortWaitTimeoutIsNotTheOpsStatus) {
