@@ -18,6 +18,7 @@ declare -A allowed=(
   [cluster]="collectived base ring kernels executor cluster"
   [client]="collectived base ring ipc proto kernels executor client"
   [daemon]="collectived base ring ipc proto kernels executor cluster daemon"
+  [nccl]="collectived base ipc client nccl"
 )
 bad=0
 for folder in "${!allowed[@]}"; do
