@@ -14,6 +14,8 @@ tool=${DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}
 rm -rf "$out"
 bins=()
 for b in "$root"/build/bin/*; do [ -x "$b" ] && bins+=("$b"); done
+# The NCCL API library (packed with its closure), for LD_PRELOAD.
+[ -f "$root"/build/lib/libcollectived_nccl.so ] && bins+=("$root"/build/lib/libcollectived_nccl.so)
 # The network's own yardstick (multinode_device_batch.sh), where installed.
 for b in ucx_perftest ucx_info; do command -v "$b" > /dev/null && bins+=("$(command -v "$b")"); done
 bash "$tool" pack "$out" "${bins[@]}"
@@ -22,6 +24,15 @@ strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
 # The raw UCX yardstick of the exchange between nodes (multinode_device_batch.sh).
 if command -v mpicxx > /dev/null; then
   mpicxx -O2 -o "$out"/bin/ucx_exchange_probe "$root"/tools/gpu-lab/ucx_exchange_probe.cc -lucp -lucs
+fi
+# Programs linked with -lnccl load it as libnccl.so.2: a directory of its own,
+# which `device-bundle prune` leaves alone (the machine may have a real NCCL).
+if [ -f "$out"/bin/libcollectived_nccl.so ]; then
+  mkdir -p "$out"/nccl
+  mv "$out"/bin/libcollectived_nccl.so "$out"/nccl/
+  ln -s libcollectived_nccl.so "$out"/nccl/libnccl.so.2
+  rm -f "$out"/lib/libnccl.so.2
+  cp "$root"/nccl/symbols_test.sh "$root"/nccl/torch_nccl_symbols.txt "$root"/tests/frameworks/* "$out"/
 fi
 cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_host_bench.sh "$root"/tests/run_example.sh \
   "$root"/tests/stress/negative-controls.sh "$root"/bench/run_multinode_bench.sh "$out"/
