@@ -225,11 +225,28 @@ Status RunSpanningBody(const CommSegment& seg, uint32_t rank, uint64_t index, co
   return Status::Ok();
 }
 
-void CountOp(const CommSegment& seg, uint32_t rank, bool matched, const Status& status) {
+void CountOp(const CommSegment& seg, uint32_t rank, uint64_t index, bool matched, const Status& status) {
   if (rank != 0) return;  // one count per collective op
   auto& h = seg.header();
   if (matched) h.ops_matched.fetch_add(1, std::memory_order_relaxed);
   (status.ok() ? h.ops_completed : h.ops_failed).fetch_add(1, std::memory_order_relaxed);
+  // By kind and type (this rank's own descriptor: it posted this index), and
+  // the latency from its post.
+  const ring::RingSlot& slot = seg.slot(rank, index);
+  const auto kind = static_cast<uint32_t>(slot.desc.kind);
+  const auto dtype = static_cast<uint32_t>(slot.desc.dtype);
+  const uint32_t k = kind < ring::kCountedKinds ? kind : 0;
+  const uint32_t t = dtype < ring::kCountedTypes ? dtype : 0;
+  ring::OpCounters& c = h.counters;
+  if (status.ok()) {
+    c.completed[k][t].fetch_add(1, std::memory_order_relaxed);
+    c.bytes[k][t].fetch_add(slot.desc.count * DataTypeSize(slot.desc.dtype), std::memory_order_relaxed);
+  } else {
+    c.failed[k][t].fetch_add(1, std::memory_order_relaxed);
+  }
+  const int64_t took = ring::NowNs() - slot.posted_ns;
+  c.latency[ring::LatencyBucket(took)].fetch_add(1, std::memory_order_relaxed);
+  c.latency_sum_ns.fetch_add(took > 0 ? static_cast<uint64_t>(took) : 0, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -244,7 +261,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     seg.Abort(s.code(), s.message().c_str());
     Status final = seg.AbortStatus();
     if (final.ok()) final = s;
-    CountOp(seg, rank, false, final);
+    CountOp(seg, rank, index, false, final);
     ring::CompleteOp(seg, rank, index, final);
     return final;
   };
@@ -312,7 +329,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   // Negative control (DeepEP): completion published before the output is written.
   const bool complete_early = verdict.ok() && (unsafe & ring::kUnsafeEventBeforeEpilogue) != 0;
   if (complete_early) {
-    CountOp(seg, rank, matched, verdict);
+    CountOp(seg, rank, index, matched, verdict);
     ring::CompleteOp(seg, rank, index, verdict);
   }
   if (verdict.ok()) {
@@ -327,7 +344,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     if (!s.ok()) return complete_early ? s : fail_hard(s);
   }
   if (!complete_early) {
-    CountOp(seg, rank, matched, verdict);
+    CountOp(seg, rank, index, matched, verdict);
     ring::CompleteOp(seg, rank, index, verdict);
   }
   return verdict;

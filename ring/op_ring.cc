@@ -29,6 +29,7 @@ Status PostOp(const CommSegment& seg, uint32_t rank, const OpDescriptor& desc, c
   // of op i writes its own: a late reader of that old op's text checks
   // ready_seq after copying it (see CompletedOpStatus).
   slot.desc = desc;
+  slot.posted_ns = NowNs();
   PublishWord(slot.ready_seq, i + 1);
   *index = i;
   return Status::Ok();

@@ -183,3 +183,14 @@ std::string SharedText(const char* text, size_t capacity) {
 }
 
 }  // namespace collectived::ring
+
+namespace collectived::ring {
+
+uint32_t LatencyBucket(int64_t ns) {
+  const uint64_t us = ns > 0 ? static_cast<uint64_t>(ns) / 1000 : 0;
+  uint32_t k = 0;
+  while (k + 1 < kLatencyBuckets && (uint64_t{1} << k) <= us) ++k;
+  return k;
+}
+
+}  // namespace collectived::ring

@@ -18,7 +18,7 @@
 namespace collectived::ring {
 
 constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
-constexpr uint32_t kLayoutVersion = 4;  // 4: RankControl::announced, executor_asleep
+constexpr uint32_t kLayoutVersion = 5;  // 5: OpCounters, RingSlot::posted_ns
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -58,6 +58,7 @@ struct alignas(kCacheLine) RingSlot {
   OpDescriptor desc;
   int32_t status_code;  // written by the executor before `completed` moves
   char status_message[kMessageBytes];
+  int64_t posted_ns;  // when the poster published it (CLOCK_MONOTONIC): the op's latency starts here
 };
 
 struct StatusRecord {
@@ -90,6 +91,25 @@ struct alignas(kCacheLine) RankControl {
   PaddedWord executor_asleep;
 };
 
+// The operating counters of a host communicator (the daemon's metrics read
+// them; daemon/metrics.h): rank 0's executor counts each op once, at its
+// completion, with relaxed adds. Indexed by CollectiveKind and DataType
+// values; anything out of range counts as 0 (unspecified).
+constexpr uint32_t kCountedKinds = 3;
+constexpr uint32_t kCountedTypes = 8;
+// Latency bucket k counts ops that took less than 2^k us from rank 0's post
+// to its completion (the last bucket: the rest).
+constexpr uint32_t kLatencyBuckets = 24;
+struct OpCounters {
+  std::atomic<uint64_t> completed[kCountedKinds][kCountedTypes];
+  std::atomic<uint64_t> failed[kCountedKinds][kCountedTypes];
+  std::atomic<uint64_t> bytes[kCountedKinds][kCountedTypes];  // each rank's input of completed ops
+  std::atomic<uint64_t> latency[kLatencyBuckets];
+  std::atomic<uint64_t> latency_sum_ns;
+};
+// The bucket of a latency (ns).
+uint32_t LatencyBucket(int64_t ns);
+
 struct alignas(kCacheLine) CommHeader {
   uint64_t magic;
   uint32_t layout_version;
@@ -111,6 +131,7 @@ struct alignas(kCacheLine) CommHeader {
   alignas(kCacheLine) std::atomic<uint64_t> ops_matched;
   std::atomic<uint64_t> ops_completed;
   std::atomic<uint64_t> ops_failed;
+  alignas(kCacheLine) OpCounters counters;
 };
 
 struct SegmentParams {
