@@ -1,4 +1,4 @@
-// collectivectl: operator CLI for collectived (status, health, version, stats, drain).
+// collectivectl: operator CLI for collectived (status, health, version, stats, sessions, drain, cluster).
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -75,6 +75,12 @@ std::string NodeList(const v1::CommunicatorStats& c) {
   return out;
 }
 
+std::string RankList(const v1::CommunicatorStats& c) {
+  std::string out;
+  for (uint32_t r : c.missing_ranks()) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
 // `end` follows the JSON object (status embeds it in its own object).
 void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n") {
   if (json) {
@@ -92,7 +98,9 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
                   "\"completed\":%llu,\"failed\":%llu,\"aborted\":%s,\"closed\":%s,\"abort_reason\":\"%s\","
                   "\"captured_plans\":%llu,\"gpu_handoff_us_mean\":%.1f,\"registered_buffers\":%llu,\"owner_uid\":%u,"
                   "\"key_hidden\":%s,\"global_world_size\":%u,\"nodes\":[%s],\"exchanges\":%llu,"
-                  "\"exchange_ns\":%llu,\"exchange_bytes_sent\":%llu}",
+                  "\"exchange_ns\":%llu,\"exchange_bytes_sent\":%llu,\"latency_count\":%llu,"
+                  "\"latency_p50_us\":%.0f,\"latency_p90_us\":%.0f,\"latency_p99_us\":%.0f,\"stalled\":%s,"
+                  "\"stalled_op\":%llu,\"stalled_ms\":%llu,\"missing_ranks\":[%s],\"stall_note\":\"%s\"}",
                   i ? "," : "", (unsigned long long)c.comm_id(), JsonEscape(c.key()).c_str(), c.world_size(),
                   ModeName(c.mode()).c_str(), (unsigned long long)c.posted(), (unsigned long long)c.matched(),
                   (unsigned long long)c.completed(), (unsigned long long)c.failed(), c.aborted() ? "true" : "false",
@@ -100,7 +108,10 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
                   c.gpu_handoff_us_mean(), (unsigned long long)c.registered_buffers(), c.owner_uid(),
                   c.key_hidden() ? "true" : "false", c.global_world_size(), NodeList(c).c_str(),
                   (unsigned long long)c.exchanges(), (unsigned long long)c.exchange_ns(),
-                  (unsigned long long)c.exchange_bytes_sent());
+                  (unsigned long long)c.exchange_bytes_sent(), (unsigned long long)c.latency_count(),
+                  c.latency_p50_us(), c.latency_p90_us(), c.latency_p99_us(), c.stalled() ? "true" : "false",
+                  (unsigned long long)c.stalled_op(), (unsigned long long)c.stalled_ms(), RankList(c).c_str(),
+                  JsonEscape(c.stall_note()).c_str());
     }
     std::printf("]}%s", end);
     return;
@@ -112,6 +123,15 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
               "completed", "failed", "state");
   auto row = [](const v1::CommunicatorStats& c) {
     std::string state = c.closed() ? "closed" : c.aborted() ? "aborted: " + c.abort_reason() : "active";
+    if (c.stalled()) {
+      state = "STALLED: op " + std::to_string(c.stalled_op()) + " has waited " + std::to_string(c.stalled_ms()) +
+              " ms; it " + c.stall_note();
+    }
+    if (c.latency_count() > 0) {  // bucket upper bounds
+      state += " (latency p50 <" + std::to_string(static_cast<uint64_t>(c.latency_p50_us())) + " us, p90 <" +
+               std::to_string(static_cast<uint64_t>(c.latency_p90_us())) + " us, p99 <" +
+               std::to_string(static_cast<uint64_t>(c.latency_p99_us())) + " us)";
+    }
     if (c.nodes_size() > 0) {  // across nodes: this node's ranks of all, and its exchanges
       state += " (" + std::to_string(c.world_size()) + " of " + std::to_string(c.global_world_size()) +
                " ranks here; nodes " + NodeList(c) + "; " + std::to_string(c.exchanges()) + " exchanges, " +
@@ -127,6 +147,38 @@ void PrintStats(const v1::GetStatsResponse& r, bool json, const char* end = "\n"
   };
   for (const auto& c : r.communicators()) row(c);
   for (const auto& c : r.recently_closed()) row(c);
+}
+
+void PrintSessions(const v1::GetStatsResponse& r, bool json) {
+  if (json) {
+    std::printf("{\"sessions\":[");
+    for (int i = 0; i < r.session_list_size(); ++i) {
+      const auto& s = r.session_list(i);
+      std::string comms;
+      for (const auto& m : s.memberships()) {
+        comms += (comms.empty() ? "" : ",") + std::string("{\"comm_id\":") + std::to_string(m.comm_id()) +
+                 ",\"rank\":" + std::to_string(m.rank()) + "}";
+      }
+      std::printf("%s{\"id\":%llu,\"uid\":%u,\"pid\":%u,\"name\":\"%s\",\"age_ms\":%llu,\"buffers\":%llu,"
+                  "\"buffer_bytes\":%llu,\"communicators\":[%s]}",
+                  i ? "," : "", (unsigned long long)s.session_id(), s.uid(), s.pid(), JsonEscape(s.name()).c_str(),
+                  (unsigned long long)s.age_ms(), (unsigned long long)s.buffers(),
+                  (unsigned long long)s.buffer_bytes(), comms.c_str());
+    }
+    std::printf("]}\n");
+    return;
+  }
+  std::printf("%-8s %-6s %-8s %-24s %10s %8s %12s  %s\n", "session", "uid", "pid", "name", "age", "buffers", "bytes",
+              "communicators (id:rank)");
+  for (const auto& s : r.session_list()) {
+    std::string comms;
+    for (const auto& m : s.memberships()) {
+      comms += (comms.empty() ? "" : " ") + std::to_string(m.comm_id()) + ":" + std::to_string(m.rank());
+    }
+    std::printf("%-8llu %-6u %-8u %-24s %9llus %8llu %12llu  %s\n", (unsigned long long)s.session_id(), s.uid(),
+                s.pid(), s.name().c_str(), (unsigned long long)(s.age_ms() / 1000), (unsigned long long)s.buffers(),
+                (unsigned long long)s.buffer_bytes(), comms.empty() ? "-" : comms.c_str());
+  }
 }
 
 // Lists are JSON arrays, every string escaped.
@@ -184,7 +236,8 @@ int main(int argc, char** argv) {
   auto* status_cmd = app.add_subcommand("status", "version, health and communicators");
   auto* health_cmd = app.add_subcommand("health", "grpc.health.v1 check; exit 0 only when SERVING");
   auto* version_cmd = app.add_subcommand("version", "daemon and API versions, backends, capabilities");
-  auto* stats_cmd = app.add_subcommand("stats", "per-communicator op counters");
+  auto* stats_cmd = app.add_subcommand("stats", "per-communicator op counters, latency percentiles and stalls");
+  auto* sessions_cmd = app.add_subcommand("sessions", "client sessions: uid, pid, name, communicators, buffers");
   auto* drain_cmd = app.add_subcommand("drain", "stop accepting new work");
   auto* cluster_cmd = app.add_subcommand("cluster", "every daemon of the cluster: node, epoch, state, last heartbeat");
   app.require_subcommand(1);
@@ -237,6 +290,14 @@ int main(int argc, char** argv) {
     grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
     if (!s.ok()) return Fail("GetStats", s);
     PrintStats(r, json, status_json ? "}\n" : "\n");
+    return 0;
+  }
+  if (sessions_cmd->parsed()) {
+    v1::GetStatsResponse r;
+    auto ctx = Context(timeout_ms);
+    grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
+    if (!s.ok()) return Fail("GetStats", s);
+    PrintSessions(r, json);
     return 0;
   }
   if (cluster_cmd->parsed()) {

@@ -74,6 +74,11 @@ struct DaemonConfig {
   uint32_t max_communicators = 1024;
   uint32_t max_pending_joins = 1024;       // members waiting for their communicator to form
   std::string log_level = "info";
+  // Prometheus metrics on HOST:PORT (daemon/metrics.h); empty: off.
+  std::string metrics_listen;
+  // An op some ranks posted and others not for this long is logged once
+  // and shown by `collectivectl status` (0: never).
+  uint32_t stall_threshold_ms = 5000;
   // Daemon-executed GPU all-gathers: one kernel, or peer copies on the copy engines.
   GpuPath gpu_gather_path = GpuPath::kFused;
   // Daemon-executed GPU all-reduces: one kernel, or the copy engines gather

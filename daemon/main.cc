@@ -26,6 +26,7 @@
 #include "daemon/fd_server.h"
 #include "daemon/grpc_acceptor.h"
 #include "daemon/gpu_comm_memory.h"
+#include "daemon/metrics.h"
 #include "daemon/mps.h"
 #include "daemon/registry.h"
 #include "daemon/service.h"
@@ -74,12 +75,9 @@ bool LockSocket(const std::string& socket_path, int* fd) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  cd::DaemonConfig cfg;
-  cd::ConfigChoices choices;  // the enum options as given; parsed into cfg below
-  CLI::App app{"collectived: per-node collective runtime daemon"};
+// Every setting, bound to `cfg` (enum options to `choices`): main's parse
+// and SIGHUP's reparse define the same options.
+void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choices, bool& dump_config) {
   app.set_config("--config", "", "TOML config file (e.g. /etc/collectived/collectived.toml)");
   // A misspelt key would otherwise leave its setting at the default, silently.
   app.allow_config_extras(false);
@@ -177,11 +175,47 @@ int main(int argc, char** argv) {
                  "debug: output writes start this late, in microseconds (GPU staged copy-outs: rank r's "
                  "(r + 1) times this)")
       ->capture_default_str()->check(CLI::Range(0u, 10000000u));
-  bool dump_config = false;
+  app.add_option("--metrics-listen", cfg.metrics_listen,
+                 "serve Prometheus metrics on HOST:PORT (e.g. 127.0.0.1:9464; empty: off; reloaded on SIGHUP)")
+      ->capture_default_str();
+  app.add_option("--stall-threshold-ms", cfg.stall_threshold_ms,
+                 "log (once) and show an op some ranks posted and others not for this long (0: never)")
+      ->capture_default_str()->check(CLI::Range(0u, cd::validate::kMaxTimeoutMs));
   // Not a setting: kept out of the config file (a dumped config fed back
   // must start a daemon, not dump again).
   app.add_flag("--dump-config", dump_config, "print the effective configuration as TOML and exit")
       ->configurable(false);
+}
+
+// SIGHUP: the start's command line and environment over the config file as
+// it is now, so precedence stays flags > env > file > defaults.
+bool Reparse(const std::vector<std::string>& args, cd::DaemonConfig* out, std::string* error) {
+  cd::DaemonConfig fresh;
+  cd::ConfigChoices choices;
+  bool dump = false;
+  CLI::App app{"collectived"};
+  DefineOptions(app, fresh, choices, dump);
+  std::vector<std::string> copy = args;
+  std::vector<char*> cargs;
+  for (auto& a : copy) cargs.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
+  } catch (const CLI::Error& e) {
+    *error = e.what();
+    return false;
+  }
+  *out = fresh;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cd::DaemonConfig cfg;
+  cd::ConfigChoices choices;  // the enum options as given; parsed into cfg below
+  CLI::App app{"collectived: per-node collective runtime daemon"};
+  bool dump_config = false;
+  DefineOptions(app, cfg, choices, dump_config);
   // Every setting has its COLLECTIVED_* variable (not --config or --dump-config).
   std::vector<std::string> env_names;
   for (const CLI::Option* o : app.get_options()) {
@@ -426,6 +460,18 @@ int main(int argc, char** argv) {
   // The host backend does not need MPS; where a GPU is visible, say what GPU
   // work on this node would get (without one, MPS means nothing here).
   if (gpu_visible) spdlog::info("{}", cd::DetectMps().Describe());
+  std::unique_ptr<cd::MetricsServer> metrics;
+  auto serve_metrics = [&](const std::string& listen) -> collectived::Status {
+    metrics.reset();
+    if (listen.empty()) return collectived::Status::Ok();
+    COLLECTIVED_RETURN_IF_ERROR(cd::MetricsServer::Start(listen, &registry, &metrics));
+    spdlog::info("metrics: http://{}/metrics (port {})", listen, metrics->port());
+    return collectived::Status::Ok();
+  };
+  if (collectived::Status s = serve_metrics(cfg.metrics_listen); !s.ok()) {
+    spdlog::critical("{}", s.message());
+    return 2;
+  }
   cd::NotifyReady();
 
   const int64_t watchdog_ns = cd::WatchdogIntervalNs();
@@ -437,7 +483,24 @@ int main(int argc, char** argv) {
     timespec tick{0, 100'000'000};
     const int sig = sigtimedwait(&signals, nullptr, &tick);
     if (sig == SIGHUP) {
-      spdlog::info("SIGHUP: configuration is fixed at start; nothing to reload");
+      // The log level and the metrics endpoint follow the config file as it
+      // is now; sessions, communicators and every other setting stay.
+      cd::DaemonConfig fresh;
+      std::string error;
+      if (!Reparse(args, &fresh, &error)) {
+        spdlog::error("SIGHUP: the configuration does not parse, nothing changed: {}", error);
+      } else {
+        spdlog::set_level(spdlog::level::from_str(fresh.log_level));
+        if (fresh.metrics_listen != cfg.metrics_listen) {
+          collectived::Status s = serve_metrics(fresh.metrics_listen);
+          if (!s.ok()) spdlog::error("SIGHUP: {}; metrics are off", s.message());
+          cfg.metrics_listen = s.ok() ? fresh.metrics_listen : "";
+        }
+        cfg.log_level = fresh.log_level;
+        spdlog::warn("SIGHUP: reloaded: log level {}, metrics {}", cfg.log_level,
+                     metrics ? "http://" + cfg.metrics_listen + "/metrics (port " + std::to_string(metrics->port()) + ")"
+                             : std::string("off"));
+      }
     } else if (sig == SIGTERM || sig == SIGINT) {
       if (drain_deadline != 0) break;  // second signal: stop now
       spdlog::warn("signal {}: draining (up to {} ms for {} sessions)", sig, cfg.drain_timeout_ms,

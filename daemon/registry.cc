@@ -167,6 +167,7 @@ void Registry::Housekeeping() {
     for (auto& [id, c] : comms_) {
       if (c->formed) FailPendingRegistrationsLocked(*c, Status::Ok(), true, now, &after);
     }
+    InspectStallsLocked(now);
     // Another node's announcement outlives its members' joins only if the
     // withdrawal was lost (its node died: OnNodeLost drops it sooner).
     const int64_t keep_ns = (static_cast<int64_t>(config_.join_timeout_ms) + 5000) * 1000000;

@@ -168,7 +168,10 @@ class Registry {
       COLLECTIVED_EXCLUDES(mu_);
 
   RegistryStats Stats() COLLECTIVED_EXCLUDES(mu_);
-  // Expires joins past their deadline. Called periodically.
+  // The metrics endpoint's figures (daemon/metrics.h), at scrape time.
+  MetricsSnapshot Metrics() COLLECTIVED_EXCLUDES(mu_);
+  // Expires joins past their deadline and inspects ops for stalls
+  // (logging each stalled op once). Called periodically.
   void Housekeeping() COLLECTIVED_EXCLUDES(mu_);
   // Fails every join still waiting (UNAVAILABLE), before the server shuts down.
   void CancelPendingJoins(const std::string& why) COLLECTIVED_EXCLUDES(mu_);
@@ -299,6 +302,9 @@ class Registry {
   // Window id -> a rank's registered allocation.
   std::map<uint64_t, RegisteredWindow> registered_windows_ COLLECTIVED_GUARDED_BY(mu_);
   std::deque<CommStats> recently_closed_ COLLECTIVED_GUARDED_BY(mu_);  // the last 16, newest last
+  MetricsTotals retired_ COLLECTIVED_GUARDED_BY(mu_);  // the counters of communicators that closed
+  void RetireCountersLocked(const Comm& comm) COLLECTIVED_REQUIRES(mu_);
+  void InspectStallsLocked(int64_t now) COLLECTIVED_REQUIRES(mu_);
   // Communicators across nodes (spanning.cc).
   cluster::UcxTransport* transport_ COLLECTIVED_GUARDED_BY(mu_) = nullptr;
   cluster::Membership* membership_ COLLECTIVED_GUARDED_BY(mu_) = nullptr;

@@ -110,6 +110,12 @@ struct Comm {
   bool announced = false;          // other nodes were told about this key
   std::shared_ptr<cluster::SpanningExchange> exchange;  // set: formed across nodes
   uint32_t global_world = 0;       // across nodes: every node's ranks; else world_size
+  // The stall inspector (stats.cc): the op some ranks posted and others not,
+  // since when, and whether it was logged.
+  uint64_t stall_op = UINT64_MAX;
+  int64_t stall_since_ns = 0;
+  bool stall_logged = false;
+  std::vector<uint32_t> stall_missing;  // segment ranks
 };
 
 // A communicator's counters now (stats.cc).

@@ -107,6 +107,15 @@ void ToProto(const CommStats& in, v1::CommunicatorStats* out) {
   out->set_exchange_ns(in.exchange_ns);
   out->set_exchange_bytes_sent(in.exchange_bytes_sent);
   out->set_registered_buffers(in.registered_buffers);
+  out->set_latency_count(in.latency_count);
+  out->set_latency_p50_us(in.latency_p50_us);
+  out->set_latency_p90_us(in.latency_p90_us);
+  out->set_latency_p99_us(in.latency_p99_us);
+  out->set_stalled(in.stalled);
+  out->set_stalled_op(in.stalled_op);
+  out->set_stalled_ms(in.stalled_ms);
+  for (uint32_t r : in.missing_ranks) out->add_missing_ranks(r);
+  out->set_stall_note(in.stall_note);
 }
 
 void ToProto(const RegistryStats& in, v1::GetStatsResponse* out) {
@@ -116,6 +125,21 @@ void ToProto(const RegistryStats& in, v1::GetStatsResponse* out) {
   out->set_draining(in.draining);
   for (const CommStats& c : in.communicators) ToProto(c, out->add_communicators());
   for (const CommStats& c : in.recently_closed) ToProto(c, out->add_recently_closed());
+  for (const SessionStats& s : in.session_list) {
+    v1::SessionStats* p = out->add_session_list();
+    p->set_session_id(s.session_id);
+    p->set_uid(s.uid);
+    p->set_pid(s.pid);
+    p->set_name(s.name);
+    p->set_age_ms(s.age_ms);
+    p->set_buffers(s.buffers);
+    p->set_buffer_bytes(s.buffer_bytes);
+    for (const auto& [comm, rank] : s.memberships) {
+      v1::SessionStats::Membership* m = p->add_memberships();
+      m->set_comm_id(comm);
+      m->set_rank(rank);
+    }
+  }
 }
 
 }  // namespace
@@ -435,6 +459,9 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::GetStats(grpc::CallbackServerCo
       c.key_hidden = true;
     }
   }
+  // Sessions name processes: another uid's only for whoever administers.
+  std::erase_if(stats.session_list,
+                [&](const SessionStats& s) { return !registry_->access().MaySee(viewer, s.uid); });
   ToProto(stats, resp);
   return Done(ctx, Status::Ok());
 }

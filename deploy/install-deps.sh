@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libspdlog-dev libcli11-dev libgtest-dev
+  libspdlog-dev libcli11-dev libgtest-dev prometheus-cpp-dev curl  # curl: the metrics test scrapes with it
   libopenmpi-dev openmpi-bin libucx-dev ucx-utils libsystemd-dev  # ucx_perftest: the network's own limit
   hipcc libamdhip64-dev   # ROCm 5.2: the GPU backend built for AMD (tests/hip_backend_build.sh)
   python3-matplotlib      # for bench/plot.py (PNG plots of collective-bench output; bench/plot_test.sh)
