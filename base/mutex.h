@@ -19,6 +19,7 @@ class COLLECTIVED_CAPABILITY("mutex") Mutex {
 
   void Lock() COLLECTIVED_ACQUIRE() { mu_.lock(); }
   void Unlock() COLLECTIVED_RELEASE() { mu_.unlock(); }
+  bool TryLock() COLLECTIVED_TRY_ACQUIRE(true) { return mu_.try_lock(); }
 
  private:
   std::mutex mu_;

@@ -23,6 +23,7 @@
 // The function takes or gives back the lock.
 #define COLLECTIVED_ACQUIRE(...) COLLECTIVED_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define COLLECTIVED_RELEASE(...) COLLECTIVED_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define COLLECTIVED_TRY_ACQUIRE(...) COLLECTIVED_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 // An escape hatch for code the analysis cannot follow; say why where used.
 #define COLLECTIVED_NO_THREAD_SAFETY_ANALYSIS COLLECTIVED_THREAD_ANNOTATION(no_thread_safety_analysis)
 

@@ -355,7 +355,28 @@ RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver*
 
 RankExecutor::~RankExecutor() { Stop(); }
 
-void RankExecutor::Start() { thread_ = std::thread([this] { Loop(); }); }
+void RankExecutor::Start() {
+  {
+    MutexLock lock(&duty_);
+    next_ = seg_.control(rank_).completed.value.load(std::memory_order_acquire);
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void RankExecutor::RunReadyLocked(uint64_t index) {
+  while (next_ <= index && !stop_.load(std::memory_order_acquire) &&
+         seg_.slot(rank_, next_).ready_seq.load(std::memory_order_acquire) >= next_ + 1) {
+    ExecuteOp(seg_, rank_, next_, *resolver_, &stop_, exchange_);
+    ++next_;
+  }
+}
+
+bool RankExecutor::RunPosted(uint64_t index) {
+  if (!duty_.TryLock()) return false;
+  RunReadyLocked(index);
+  duty_.Unlock();
+  return true;
+}
 
 void RankExecutor::Stop() {
   stop_.store(true, std::memory_order_release);
@@ -368,17 +389,25 @@ void RankExecutor::Stop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (thread_.joinable()) thread_.join();
+  // A client thread inside RunPosted sees the stop and returns soon; once
+  // this lock is ours none runs an op again (RunReadyLocked checks stop_).
+  MutexLock wait_for_callers(&duty_);
 }
 
 void RankExecutor::Loop() {
   pthread_setname_np(pthread_self(), "cd-executor");
   // Waiting for the next op is idle time, not an op wait: no deadline, only stop.
-  const ring::WaitContext idle{nullptr, &stop_, 0};
-  uint64_t index = seg_.control(rank_).completed.value.load(std::memory_order_acquire);
+  const ring::WaitContext idle{nullptr, &stop_, 0, true};
   while (!stop_.load(std::memory_order_acquire)) {
+    uint64_t index = 0;
+    {
+      MutexLock lock(&duty_);
+      index = next_;
+    }
     if (!ring::WaitAtLeast(seg_.slot(rank_, index).ready_seq, index + 1, idle, "next op").ok()) break;
-    ExecuteOp(seg_, rank_, index, *resolver_, &stop_, exchange_);
-    ++index;
+    // A waiting client thread may have run it meanwhile (RunPosted): run what is still posted.
+    MutexLock lock(&duty_);
+    RunReadyLocked(UINT64_MAX);
   }
   exited_.store(true, std::memory_order_release);
 }

@@ -2,6 +2,7 @@
 
 #include "ring/futex.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -32,6 +33,17 @@ int SpinIterations() {
   return spins;
 }
 
+// After the spins, a waiter inside an op yields its core this long before
+// it sleeps: a futex sleep and wake cost more than a small op (measured on 2
+// cores, bench/RESULTS.md "Host backend: waits"). COLLECTIVED_YIELD_US overrides.
+int64_t YieldNs() {
+  static const int64_t ns = [] {
+    if (const char* env = std::getenv("COLLECTIVED_YIELD_US")) return int64_t{std::atoi(env)} * 1000;
+    return int64_t{20'000};
+  }();
+  return ns;
+}
+
 }  // namespace
 
 int64_t NowNs() {
@@ -42,10 +54,25 @@ int64_t NowNs() {
 
 Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const WaitContext& ctx, const char* what,
                    unsigned shift) {
-  const int spins = SpinIterations();
+  const int spins = ctx.idle ? 0 : SpinIterations();
   for (int i = 0; i < spins; ++i) {
     if ((word.load(std::memory_order_acquire) >> shift) >= target) return Status::Ok();
     CpuRelax();
+  }
+  // Then yield the core for a while: a peer that shares it runs at once,
+  // one on its own core is seen within a yield (no futex round trip).
+  const int64_t yield_ns = ctx.idle ? 0 : YieldNs();
+  if (yield_ns > 0) {
+    const int64_t until = NowNs() + yield_ns;
+    for (uint32_t i = 0;; ++i) {
+      if ((word.load(std::memory_order_acquire) >> shift) >= target) return Status::Ok();
+      if ((i & 63) == 63) {
+        if (ctx.segment != nullptr && ctx.segment->aborted()) break;
+        if (ctx.stop != nullptr && ctx.stop->load(std::memory_order_acquire)) break;
+        if (NowNs() >= until) break;
+      }
+      sched_yield();
+    }
   }
   // Every writer of a word a waiter sleeps on wakes it (PublishWord), and so
   // do an abort and a stop (CommSegment::WakeAll), so an idle waiter sleeps

@@ -1,6 +1,8 @@
 // Bounded waits on 64-bit words in shared memory (docs/design.md, rule 5).
 //
-// A waiter spins briefly, then sleeps on a futex (ring/futex.h) until woken
+// A waiter spins briefly, yields its core for a while (a peer sharing the
+// core runs; one on another core is seen within a yield), then sleeps on a
+// futex (ring/futex.h) until woken
 // or its deadline. Writers call WakeWaiters after every store a waiter may be
 // sleeping on; raising the abort word or a stop request wakes every word of
 // the segment (CommSegment::WakeAll), so idle waiters cost nothing.
@@ -35,6 +37,7 @@ struct WaitContext {
   const CommSegment* segment = nullptr;    // its abort word ends the wait, if set
   const std::atomic<bool>* stop = nullptr; // in-process stop request, if set
   int64_t deadline_ns = 0;                 // NowNs() value; 0 = none (avoid)
+  bool idle = false;  // waiting for work, not for a peer inside an op: sleep at once
 };
 
 // Waits until `word` >= `target` (after `shift` bits of right shift).

@@ -26,6 +26,11 @@ Status Handle::Wait(int timeout_ms) const {
     if (h.known) return h.status;
   }
   const int64_t ms = timeout_ms < 0 ? h.default_timeout_ms : timeout_ms;
+  // A wait bounded only by the op's own deadline may run the op here (the
+  // op's waits keep that deadline); a shorter one must not be held in it.
+  if (timeout_ms < 0) {
+    if (auto executor = h.executor.lock()) executor->RunPosted(h.index);
+  }
   ring::WaitContext ctx{nullptr, nullptr, ring::NowNs() + ms * 1000000};
   Status s = ring::WaitOpDone(h.seg, h.rank, h.index, ctx);
   if (ring::IsOpDone(h.seg, h.rank, h.index)) {
@@ -191,7 +196,7 @@ CommunicatorImpl::~CommunicatorImpl() {
 
 void CommunicatorImpl::Start() {
   if (mode_ != ExecutionMode::kClient) return;
-  executor_ = std::make_unique<host::RankExecutor>(seg_, rank_, this);
+  executor_ = std::make_shared<host::RankExecutor>(seg_, rank_, this);
   executor_->Start();
 }
 
@@ -256,6 +261,7 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
   state->rank = rank_;
   state->index = index;
   state->default_timeout_ms = OpTimeoutMs() + 5000;  // int64: no overflow for any uint32 op timeout
+  state->executor = executor_;
   *handle = Handle();
   handle->state_ = std::move(state);
   return Status::Ok();

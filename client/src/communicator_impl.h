@@ -23,6 +23,9 @@ struct HandleState {
   bool known = false;  // `status` is final
   Status status;
   std::shared_ptr<GpuOpState> gpu;  // GPU ops: their event and verdict
+  // Client-executed host ops: the rank's executor, so that a waiting thread
+  // runs its op itself (RankExecutor::RunPosted).
+  std::weak_ptr<host::RankExecutor> executor;
 };
 
 class CommunicatorImpl : public host::BufferResolver {
@@ -67,7 +70,7 @@ class CommunicatorImpl : public host::BufferResolver {
   ring::CommSegment seg_;
   std::shared_ptr<ipc::ShmWindow> window_;
   ExecutionMode mode_;
-  std::unique_ptr<host::RankExecutor> executor_;
+  std::shared_ptr<host::RankExecutor> executor_;
   std::unique_ptr<GpuCommunicator> gpu_;
   std::atomic<bool> destroyed_{false};
   std::mutex destroy_mu_;  // Destroy and Abort, from any thread
