@@ -350,8 +350,9 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   return verdict;
 }
 
-RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange)
-    : seg_(seg), rank_(rank), resolver_(resolver), exchange_(exchange) {}
+RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange,
+                           bool caller_runs)
+    : seg_(seg), rank_(rank), resolver_(resolver), exchange_(exchange), caller_runs_(caller_runs) {}
 
 RankExecutor::~RankExecutor() { Stop(); }
 
@@ -360,7 +361,7 @@ void RankExecutor::Start() {
     MutexLock lock(&duty_);
     next_ = seg_.control(rank_).completed.value.load(std::memory_order_acquire);
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] { caller_runs_ ? CallerRunsLoop() : Loop(); });
 }
 
 void RankExecutor::RunReadyLocked(uint64_t index) {
@@ -408,6 +409,51 @@ void RankExecutor::Loop() {
     // A waiting client thread may have run it meanwhile (RunPosted): run what is still posted.
     MutexLock lock(&duty_);
     RunReadyLocked(UINT64_MAX);
+  }
+  exited_.store(true, std::memory_order_release);
+}
+
+void RankExecutor::CallerRunsLoop() {
+  pthread_setname_np(pthread_self(), "cd-executor");
+  // While ops keep coming the thread polls, sleeping on nothing a post
+  // wakes: a post's wake goes to peers waiting for it, and the poster's own
+  // thread runs the op when it waits. An op still not taken at a poll (its
+  // poster does not wait, or waits with a timeout) runs here. Polls back off
+  // while they find nothing; after a quiet spell the thread sleeps until a
+  // post wakes it.
+  constexpr int64_t kPollMinNs = 100'000, kPollMaxNs = 2'000'000, kActiveNs = 50'000'000;
+  const ring::WaitContext idle{nullptr, &stop_, 0, true};
+  int64_t poll_ns = kPollMinNs;
+  int64_t last_active = ring::NowNs();
+  auto sleep_ns = [](int64_t ns) {
+    timespec ts{0, static_cast<long>(ns)};
+    nanosleep(&ts, nullptr);
+  };
+  while (!stop_.load(std::memory_order_acquire)) {
+    uint64_t index = 0;
+    {
+      MutexLock lock(&duty_);
+      index = next_;
+    }
+    if (seg_.slot(rank_, index).ready_seq.load(std::memory_order_acquire) < index + 1) {
+      if (ring::NowNs() - last_active < kActiveNs) {
+        sleep_ns(poll_ns);
+        poll_ns = std::min(poll_ns * 2, kPollMaxNs);
+        continue;
+      }
+      if (!ring::WaitAtLeast(seg_.slot(rank_, index).ready_seq, index + 1, idle, "next op").ok()) break;
+      last_active = ring::NowNs();
+      poll_ns = kPollMinNs;
+      sleep_ns(poll_ns);  // the poster's thread is about to wait for it: let it run the op
+      continue;
+    }
+    last_active = ring::NowNs();
+    if (duty_.TryLock()) {  // posted and nobody runs it: run it here
+      RunReadyLocked(UINT64_MAX);
+      duty_.Unlock();
+    } else {
+      sleep_ns(poll_ns);  // a waiting client thread runs it
+    }
   }
   exited_.store(true, std::memory_order_release);
 }

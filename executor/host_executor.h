@@ -87,8 +87,13 @@ Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, Bu
 // A thread running every op of one rank, in index order, as they are posted.
 class RankExecutor {
  public:
-  // `exchange` (may be null) outlives the executor.
-  RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange = nullptr);
+  // `exchange` (may be null) outlives the executor. `caller_runs`: the
+  // rank's own client threads run its ops when they wait (RunPosted); the
+  // executor's thread then only runs ops nobody waits for, found by polling
+  // while ops keep coming (so a post never wakes it), and otherwise sleeps
+  // until the next post wakes it.
+  RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange = nullptr,
+               bool caller_runs = false);
   ~RankExecutor();  // stops
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
@@ -107,6 +112,7 @@ class RankExecutor {
 
  private:
   void Loop();
+  void CallerRunsLoop();
   // Runs every posted op from next_ up to `index`, in order.
   void RunReadyLocked(uint64_t index) COLLECTIVED_REQUIRES(duty_);
 
@@ -114,6 +120,7 @@ class RankExecutor {
   uint32_t rank_;
   BufferResolver* resolver_;
   NodeExchange* exchange_;
+  bool caller_runs_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> exited_{false};  // Loop returned
   Mutex duty_;  // held by whichever thread runs this rank's ops

@@ -196,7 +196,7 @@ CommunicatorImpl::~CommunicatorImpl() {
 
 void CommunicatorImpl::Start() {
   if (mode_ != ExecutionMode::kClient) return;
-  executor_ = std::make_shared<host::RankExecutor>(seg_, rank_, this);
+  executor_ = std::make_shared<host::RankExecutor>(seg_, rank_, this, nullptr, /*caller_runs=*/true);
   executor_->Start();
 }
 
