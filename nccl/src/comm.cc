@@ -276,17 +276,29 @@ Status Comm::ExchangeColorKey(int color, int key, std::vector<std::pair<int, int
   int32_t* d = nullptr;
   std::vector<int32_t> host(2 * world);
   Status st = [&]() -> Status {
+    // Everything on a private non-blocking stream: a synchronous call would
+    // wait for every blocking stream of the device, where a collective of
+    // this process may be waiting for a peer that is itself in this split.
     COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
-    COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaMalloc(&d, sizeof(int32_t) * 2 * (world + 1)), "cudaMalloc"));
-    const int32_t mine[2] = {color, key};
-    COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaMemcpy(d, mine, sizeof(mine), cudaMemcpyHostToDevice), "cudaMemcpy"));
+    COLLECTIVED_RETURN_IF_ERROR(
+        Cuda(cudaMallocAsync(reinterpret_cast<void**>(&d), sizeof(int32_t) * 2 * (world + 1), s), "cudaMallocAsync"));
+    static thread_local int32_t mine[2];
+    mine[0] = color;
+    mine[1] = key;
+    COLLECTIVED_RETURN_IF_ERROR(
+        Cuda(cudaMemcpyAsync(d, mine, sizeof(mine), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync"));
     Handle h;
     COLLECTIVED_RETURN_IF_ERROR(comm_->AllGather(d, d + 2, 2, DataType::kInt32, s, &h));
     COLLECTIVED_RETURN_IF_ERROR(h.Wait());
-    return Cuda(cudaMemcpy(host.data(), d + 2, sizeof(int32_t) * 2 * world, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    COLLECTIVED_RETURN_IF_ERROR(Cuda(
+        cudaMemcpyAsync(host.data(), d + 2, sizeof(int32_t) * 2 * world, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync"));
+    return Cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }();
-  if (d != nullptr) cudaFree(d);
-  if (s != nullptr) cudaStreamDestroy(s);
+  if (d != nullptr) cudaFreeAsync(d, s);
+  if (s != nullptr) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
   cudaSetDevice(previous);
   COLLECTIVED_RETURN_IF_ERROR(st);
   all->clear();
