@@ -1,3 +1,4 @@
+#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -75,7 +76,12 @@ std::unique_ptr<grpc::ClientContext> ClientImpl::NewContext(int timeout_ms) cons
 
 Status ClientImpl::Connect() {
   if (options_.socket_path.empty()) return Status::InvalidArgument("ClientOptions.socket_path is empty");
-  channel_ = grpc::CreateChannel("unix:" + options_.socket_path, grpc::InsecureChannelCredentials());
+  // A connection of its own: gRPC shares connections between channels of one
+  // target, and one to a daemon that died would fail this client's first
+  // call after the daemon came back (ARestartedDaemonIs... in daemon_test).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  channel_ = grpc::CreateCustomChannel("unix:" + options_.socket_path, grpc::InsecureChannelCredentials(), args);
   stub_ = v1::CollectiveService::NewStub(channel_);
 
   VersionInfo version;
@@ -122,7 +128,21 @@ ClientImpl::~ClientImpl() {
   if (fd_sock_ >= 0) close(fd_sock_);
 }
 
+Status ClientImpl::Lease() const {
+  // The daemon holds the other end of the fd socket for the session's life:
+  // once it hangs up, the daemon that knew this session is gone, and a
+  // daemon started since on the same socket would not know it.
+  if (fd_sock_ < 0) return Status::Ok();  // still attaching (Connect asks for the version first)
+  pollfd p{fd_sock_, POLLRDHUP, 0};
+  if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+    return Status::Unavailable("the session's daemon is gone (collectived stopped or restarted): connect again "
+                               "with Client::Connect");
+  }
+  return Status::Ok();
+}
+
 Status ClientImpl::GetVersion(VersionInfo* out) {
+  COLLECTIVED_RETURN_IF_ERROR(Lease());
   v1::GetVersionRequest req;
   v1::GetVersionResponse resp;
   auto ctx = NewContext();
@@ -184,6 +204,7 @@ Status ClientImpl::FetchWindow(uint64_t window_id, uint64_t bytes, std::shared_p
 }
 
 Status ClientImpl::AllocBuffer(uint64_t bytes, Buffer* out) {
+  COLLECTIVED_RETURN_IF_ERROR(Lease());
   v1::AllocBufferRequest req;
   req.set_session_id(session_id_);
   req.set_bytes(bytes);
@@ -265,6 +286,7 @@ Status ClientImpl::CheckSpan(const BufferSpan& span, uint64_t bytes, const char*
 }
 
 Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::unique_ptr<Communicator>* out) {
+  COLLECTIVED_RETURN_IF_ERROR(Lease());
   v1::CreateCommunicatorRequest req;
   req.set_session_id(session_id_);
   req.set_key(options.key);
@@ -317,6 +339,7 @@ Status ClientImpl::CreateCommunicator(const CommunicatorOptions& options, std::u
 }
 
 Status ClientImpl::DestroyCommunicator(uint64_t comm_id, uint32_t rank) {
+  COLLECTIVED_RETURN_IF_ERROR(Lease());
   v1::DestroyCommunicatorRequest req;
   req.set_session_id(session_id_);
   req.set_comm_id(comm_id);
@@ -327,6 +350,7 @@ Status ClientImpl::DestroyCommunicator(uint64_t comm_id, uint32_t rank) {
 }
 
 Status ClientImpl::RegisterPlan(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op) {
+  COLLECTIVED_RETURN_IF_ERROR(Lease());
   v1::RegisterPlanRequest req;
   req.set_session_id(session_id_);
   req.set_comm_id(comm_id);
@@ -338,6 +362,7 @@ Status ClientImpl::RegisterPlan(uint64_t comm_id, uint32_t rank, const v1::OpReq
 }
 
 Status ClientImpl::Submit(uint64_t comm_id, uint32_t rank, const v1::OpRequest& op, uint64_t* index) {
+  COLLECTIVED_RETURN_IF_ERROR(Lease());
   v1::SubmitRequest req;
   req.set_session_id(session_id_);
   req.set_comm_id(comm_id);

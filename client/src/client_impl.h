@@ -83,6 +83,9 @@ class ClientImpl : public std::enable_shared_from_this<ClientImpl> {
   uint64_t session_id_ = 0;
   uint64_t session_token_ = 0;  // sent with every call (kSessionTokenMetadata)
   uint32_t daemon_api_minor_ = 0;  // from Connect: which requests the daemon understands
+  // UNAVAILABLE once the daemon hung up the session's fd socket (it stopped
+  // or restarted): checked before every call to the daemon.
+  Status Lease() const;
   int fd_sock_ = -1;
   std::mutex fd_mu_;
   mutable std::mutex buffers_mu_;

@@ -881,6 +881,69 @@ TEST(DaemonLifecycleTest, DrainRefusesNewWorkAndSigtermStops) {
   EXPECT_FALSE(std::filesystem::exists(d.socket()));
 }
 
+// A daemon that dies and comes back on the same socket: the old session's
+// next call is UNAVAILABLE (not a stranger's NOT_FOUND), the client library
+// attaches again and forms new communicators, a third daemon is refused, and
+// a clean stop leaves only the lock file behind.
+TEST(DaemonLifecycleTest, ARestartedDaemonIsUnavailableToOldSessionsAndServesNewOnes) {
+  testing::TempDir dir;
+  const std::string sock = dir.path() + "/c.sock";
+  int started = 0;
+  auto start = [&]() {
+    auto p = std::make_unique<testing::Process>(
+        std::vector<std::string>{testing::DaemonBin(), "--socket", sock, "--log-level", "info"},
+        dir.path() + "/daemon" + std::to_string(++started) + ".log");
+    // Its own log says when it serves: a crashed daemon's socket files are there already.
+    for (int i = 0; i < 400 && p->Output().find("serving unix:") == std::string::npos && p->Wait(0) == -1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return p;
+  };
+  auto connect = [&](const char* name) {
+    std::unique_ptr<Client> c;
+    Status s = Client::Connect({.socket_path = sock, .client_name = name}, &c);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return c;
+  };
+  auto first = start();
+  auto old_client = connect("before");
+  ASSERT_NE(old_client, nullptr);
+  {
+    auto comm = Join(*old_client, "before-restart", 1, 0);
+    EXPECT_EQ(SumAllReduce(*old_client, *comm, 64, 1), 0u);
+  }
+  first->Kill(SIGKILL);  // a crash: its socket files stay behind
+  ASSERT_EQ(first->Wait(5000), 128 + SIGKILL);
+  auto second = start();
+  ASSERT_EQ(second->Wait(0), -1) << second->Output();
+  Buffer b;
+  Status s = old_client->AllocBuffer(64, &b);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("connect again"), std::string::npos) << s.ToString();
+  std::unique_ptr<Communicator> stale;
+  EXPECT_EQ(old_client->CreateCommunicator(testing::CommOptions("stale", 1, 0), &stale).code(),
+            StatusCode::kUnavailable);
+  auto fresh = connect("after");
+  ASSERT_NE(fresh, nullptr) << second->Output();
+  {
+    auto comm = Join(*fresh, "after-restart", 1, 0);
+    EXPECT_EQ(SumAllReduce(*fresh, *comm, 64, 2), 0u);
+  }
+  auto third = start();
+  EXPECT_NE(third->Wait(5000), 0);  // refused: the socket is served
+  EXPECT_NE(third->Output().find("another collectived already serves"), std::string::npos) << third->Output();
+  old_client.reset();
+  fresh.reset();
+  second->Kill(SIGTERM);
+  EXPECT_EQ(second->Wait(15000), 0) << second->Output();
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = e.path().filename();
+    if (name.rfind("c.sock", 0) == 0) left.push_back(name);
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"c.sock.lock"});  // the flock's file stays, by design
+}
+
 // collectivectl, as an operator uses it: health exit codes, JSON stats, drain.
 TEST(DaemonLifecycleTest, CollectivectlHealthStatsAndDrain) {
   Daemon d;
