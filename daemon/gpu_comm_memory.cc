@@ -141,8 +141,17 @@ Status GpuCommMemory::ReadCounts(uint32_t world, Counts* out) const {
   // The rank words and everything after them, in one copy.
   const uint64_t first = ring::GpuControlLayout::kRankWordsWord;
   std::vector<uint64_t> words(ring::GpuControlLayout::kAbortWord + 1 - first);
-  COLLECTIVED_GPU_CHECK(gpuMemcpy(words.data(), static_cast<uint64_t*>(c) + first, words.size() * 8,
-                                  gpuMemcpyDeviceToHost));
+  // On a private non-blocking stream: the stall inspector calls this every
+  // housekeeping tick under the registry's lock, and a copy on the legacy
+  // stream would wait for the daemon's own kernels, which may be waiting for
+  // clients that need that lock.
+  gpuStream_t stream = nullptr;
+  COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking));
+  gpuError_t copied = gpuMemcpyAsync(words.data(), static_cast<uint64_t*>(c) + first, words.size() * 8,
+                                     gpuMemcpyDeviceToHost, stream);
+  if (copied == gpuSuccess) copied = gpuStreamSynchronize(stream);
+  gpuStreamDestroy(stream);
+  if (copied != gpuSuccess) return gpu::GpuErrorStatus(copied, "reading a communicator's counts", __FILE__, __LINE__);
   out->posted.resize(world);
   out->completed.resize(world);
   for (uint32_t r = 0; r < world; ++r) {
