@@ -397,18 +397,26 @@ void RankExecutor::Stop() {
 
 void RankExecutor::Loop() {
   pthread_setname_np(pthread_self(), "cd-executor");
-  // Waiting for the next op is idle time, not an op wait: no deadline, only stop.
+  // Waiting for the next op is idle time, not an op wait: no deadline, only
+  // stop. Right after an op the next one often follows at once: the wait
+  // then yields its core a while (as waits inside an op do) before it sleeps,
+  // so a steady stream of posts is not a futex wake each.
   const ring::WaitContext idle{nullptr, &stop_, 0, true};
+  const ring::WaitContext busy{nullptr, &stop_, 0, false};
+  constexpr int64_t kBusyNs = 1'000'000;
+  int64_t last_ran = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     uint64_t index = 0;
     {
       MutexLock lock(&duty_);
       index = next_;
     }
-    if (!ring::WaitAtLeast(seg_.slot(rank_, index).ready_seq, index + 1, idle, "next op").ok()) break;
+    const bool recent = ring::NowNs() - last_ran < kBusyNs;
+    if (!ring::WaitAtLeast(seg_.slot(rank_, index).ready_seq, index + 1, recent ? busy : idle, "next op").ok()) break;
     // A waiting client thread may have run it meanwhile (RunPosted): run what is still posted.
     MutexLock lock(&duty_);
     RunReadyLocked(UINT64_MAX);
+    last_ran = ring::NowNs();
   }
   exited_.store(true, std::memory_order_release);
 }
