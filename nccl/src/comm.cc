@@ -124,6 +124,11 @@ Status Comm::Usable() const {
   return Status::Internal("unknown state");
 }
 
+Status Comm::UsableReduction(int datatype, int op, DataType* dt, ReduceOp* rop) const {
+  COLLECTIVED_RETURN_IF_ERROR(Usable());
+  return MapReduction(datatype, op, dt, rop);
+}
+
 Status Comm::ReduceIn(const void* send, void* recv, uint64_t count, DataType dt, ReduceOp op, cudaStream_t s) {
   const uint64_t es = DataTypeSize(dt);
   const uint64_t bytes = count * es;
@@ -170,10 +175,9 @@ Status Comm::GatherPieces(const void* send, uint64_t count, DataType dt, void* r
 
 Status Comm::AllReduce(const void* send, void* recv, size_t count, int datatype, int op, cudaStream_t s) {
   std::shared_lock<std::shared_mutex> use(use_mu_);
-  COLLECTIVED_RETURN_IF_ERROR(Usable());
   DataType dt;
   ReduceOp rop;
-  COLLECTIVED_RETURN_IF_ERROR(MapReduction(datatype, op, &dt, &rop));
+  COLLECTIVED_RETURN_IF_ERROR(UsableReduction(datatype, op, &dt, &rop));
   if (count == 0) return Status::Ok();
   return ReduceIn(send, recv, count, dt, rop, s);
 }
@@ -232,10 +236,9 @@ Status Comm::Broadcast(const void* send, void* recv, size_t count, int datatype,
 
 Status Comm::ReduceScatter(const void* send, void* recv, size_t recvcount, int datatype, int op, cudaStream_t s) {
   std::shared_lock<std::shared_mutex> use(use_mu_);
-  COLLECTIVED_RETURN_IF_ERROR(Usable());
   DataType dt;
   ReduceOp rop;
-  COLLECTIVED_RETURN_IF_ERROR(MapReduction(datatype, op, &dt, &rop));
+  COLLECTIVED_RETURN_IF_ERROR(UsableReduction(datatype, op, &dt, &rop));
   if (recvcount == 0) return Status::Ok();
   const uint64_t es = DataTypeSize(dt);
   const uint64_t share = recvcount * es;
@@ -248,10 +251,9 @@ Status Comm::ReduceScatter(const void* send, void* recv, size_t recvcount, int d
 
 Status Comm::Reduce(const void* send, void* recv, size_t count, int datatype, int op, int root, cudaStream_t s) {
   std::shared_lock<std::shared_mutex> use(use_mu_);
-  COLLECTIVED_RETURN_IF_ERROR(Usable());
   DataType dt;
   ReduceOp rop;
-  COLLECTIVED_RETURN_IF_ERROR(MapReduction(datatype, op, &dt, &rop));
+  COLLECTIVED_RETURN_IF_ERROR(UsableReduction(datatype, op, &dt, &rop));
   if (root < 0 || root >= params_.world) {
     return Status::InvalidArgument("root " + std::to_string(root) + " outside [0, " + std::to_string(params_.world) + ")");
   }

@@ -85,6 +85,8 @@ class Comm {
  private:
   // Shared lock held by callers of every op; ready or a status why not.
   Status Usable() const;
+  // Usable, and the kernel type and reduction of an NCCL (datatype, op).
+  Status UsableReduction(int datatype, int op, DataType* dt, ReduceOp* rop) const;
   Status ReduceIn(const void* send, void* recv, uint64_t count, DataType dt, ReduceOp op, cudaStream_t s);
   // Rank k's `count` elements of `dt` land at recv + k * pitch, `valid` bytes of each.
   Status GatherPieces(const void* send, uint64_t count, DataType dt, void* recv, uint64_t pitch, uint64_t valid,
