@@ -128,7 +128,9 @@ TEST(OperatingTest, MetricsMoveAsOpsRunAndOutliveTheirCommunicators) {
   EXPECT_EQ(Sample(after, "collectived_buffers"), 0) << after;  // freed as the threads ended
   // An aborted communicator counts by its reason.
   Ranks(clients, "metrics-abort", ExecutionMode::kClient, [](uint32_t r, Client&, Communicator& comm) {
-    if (r == 0) EXPECT_TRUE(comm.Abort("an operator's test").ok());
+    if (r == 0) {
+      EXPECT_TRUE(comm.Abort("an operator's test").ok());
+    }
   });
   clients.clear();
   std::string last;
