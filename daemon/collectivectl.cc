@@ -284,20 +284,16 @@ int main(int argc, char** argv) {
     }
     if (version_cmd->parsed()) return 0;
   }
-  if (stats_cmd->parsed() || status_cmd->parsed()) {
+  if (stats_cmd->parsed() || status_cmd->parsed() || sessions_cmd->parsed()) {
     v1::GetStatsResponse r;
     auto ctx = Context(timeout_ms);
     grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
     if (!s.ok()) return Fail("GetStats", s);
-    PrintStats(r, json, status_json ? "}\n" : "\n");
-    return 0;
-  }
-  if (sessions_cmd->parsed()) {
-    v1::GetStatsResponse r;
-    auto ctx = Context(timeout_ms);
-    grpc::Status s = stub->GetStats(ctx.get(), v1::GetStatsRequest(), &r);
-    if (!s.ok()) return Fail("GetStats", s);
-    PrintSessions(r, json);
+    if (sessions_cmd->parsed()) {
+      PrintSessions(r, json);
+    } else {
+      PrintStats(r, json, status_json ? "}\n" : "\n");
+    }
     return 0;
   }
   if (cluster_cmd->parsed()) {

@@ -510,7 +510,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     }
     spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed,
                  closed.failed);
-    RetireCountersLocked(comm);
+    RetireCountersLocked(comm, closed);
     recently_closed_.push_back(std::move(closed));
     if (recently_closed_.size() > 16) recently_closed_.pop_front();
   }

@@ -303,7 +303,9 @@ class Registry {
   std::map<uint64_t, RegisteredWindow> registered_windows_ COLLECTIVED_GUARDED_BY(mu_);
   std::deque<CommStats> recently_closed_ COLLECTIVED_GUARDED_BY(mu_);  // the last 16, newest last
   MetricsTotals retired_ COLLECTIVED_GUARDED_BY(mu_);  // the counters of communicators that closed
-  void RetireCountersLocked(const Comm& comm) COLLECTIVED_REQUIRES(mu_);
+  // `closed`: its last stats, as recently_closed_ keeps them (read once: a GPU
+  // communicator's counts are a device copy).
+  void RetireCountersLocked(const Comm& comm, const CommStats& closed) COLLECTIVED_REQUIRES(mu_);
   void InspectStallsLocked(int64_t now) COLLECTIVED_REQUIRES(mu_);
   // Communicators across nodes (spanning.cc).
   cluster::UcxTransport* transport_ COLLECTIVED_GUARDED_BY(mu_) = nullptr;

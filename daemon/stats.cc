@@ -250,13 +250,8 @@ void Registry::InspectStallsLocked(int64_t now) {
   }
 }
 
-void Registry::RetireCountersLocked(const Comm& comm) {
-  CommStats cs = CommStatsOf(comm);
-  if (comm.aborted_by_destroy && !comm.left_uncleanly) {
-    cs.aborted = false;
-    cs.abort_reason.clear();
-  }
-  AddCounters(comm, cs, &retired_);
+void Registry::RetireCountersLocked(const Comm& comm, const CommStats& closed) {
+  AddCounters(comm, closed, &retired_);
 }
 
 MetricsSnapshot Registry::Metrics() {
