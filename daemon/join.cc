@@ -31,9 +31,12 @@ constexpr const char* kDestroyedReason = "destroyed the communicator";
 // Stops an executor and then drops what it used, outside the registry lock
 // (an executor may be waiting for that lock inside ResolveBuffer).
 std::function<void()> StopLater(std::unique_ptr<host::RankExecutor> ex, std::shared_ptr<ipc::ShmWindow> window,
-                                std::shared_ptr<CommResolver> resolver) {
+                                std::shared_ptr<CommResolver> resolver,
+                                std::shared_ptr<cluster::SpanningExchange> exchange) {
   auto holder = std::make_shared<std::unique_ptr<host::RankExecutor>>(std::move(ex));
-  return [holder, window, resolver] {
+  // The exchange too: a stopping executor of a communicator across nodes
+  // wakes its exchange word, and the communicator may be gone by then.
+  return [holder, window, resolver, exchange] {
     if (*holder) (*holder)->Stop();
     holder->reset();
   };
@@ -490,7 +493,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
       });
     }
     if (!comm.executors.empty() && comm.executors[rank]) {
-      after->push_back(StopLater(std::move(comm.executors[rank]), comm.window, comm.resolver));
+      after->push_back(StopLater(std::move(comm.executors[rank]), comm.window, comm.resolver, comm.exchange));
     }
   }
   bool empty = true;
@@ -498,7 +501,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
   if (!empty) return;
   // Last member gone: drop the communicator once its executors stopped.
   for (auto& ex : comm.executors) {
-    if (ex) after->push_back(StopLater(std::move(ex), comm.window, comm.resolver));
+    if (ex) after->push_back(StopLater(std::move(ex), comm.window, comm.resolver, comm.exchange));
   }
   if (!comm.formed) comm_by_key_.erase(comm.key);
   if (comm.formed) {

@@ -73,6 +73,10 @@ struct Session {
 class CommResolver;  // join.cc: resolves buffers for a daemon-executed communicator
 
 struct Comm {
+  // Executors stop first: they use the exchange (declared after them), the
+  // resolver and the window while they run.
+  ~Comm() { executors.clear(); }
+
   uint64_t id = 0;
   std::string key;
   ipc::PeerCredentials owner;  // its first member's: later members must share with it (AccessPolicy)
