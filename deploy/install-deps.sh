@@ -9,6 +9,7 @@ packages=(
   libopenmpi-dev openmpi-bin libucx-dev ucx-utils libsystemd-dev  # ucx_perftest: the network's own limit
   hipcc libamdhip64-dev   # ROCm 5.2: the GPU backend built for AMD (tests/hip_backend_build.sh)
   python3-matplotlib      # for bench/plot.py (PNG plots of collective-bench output; bench/plot_test.sh)
+  clang libclang-rt-14-dev spin  # tests/sanitizers (ASan+UBSan, libFuzzer) and ring/model (SPIN): docs/proof.md
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -129,7 +129,7 @@ TEST_F(DaemonTest, BothModesEveryCollectiveFromFourClients) {
           wrong += testing::CountWrongAllGather(dt, 4, count + 1, out.data(), count);
         }
       }
-      EXPECT_TRUE(comm->Destroy().ok());
+      { Status ds = comm->Destroy(); EXPECT_TRUE(ds.ok()) << ds.ToString(); }
     });
     EXPECT_EQ(wrong.load(), 0u) << ExecutionModeName(mode);
   }

@@ -127,10 +127,17 @@ TEST(OperatingTest, MetricsMoveAsOpsRunAndOutliveTheirCommunicators) {
   EXPECT_EQ(Sample(after, "collectived_sessions"), 2) << after;
   EXPECT_EQ(Sample(after, "collectived_buffers"), 0) << after;  // freed as the threads ended
   // An aborted communicator counts by its reason.
+  // Rank 1 stays until it sees the abort: had it left first, its clean
+  // leave would be the communicator's end, and rank 0's abort a no-op.
   Ranks(clients, "metrics-abort", ExecutionMode::kClient, [](uint32_t r, Client&, Communicator& comm) {
     if (r == 0) {
       EXPECT_TRUE(comm.Abort("an operator's test").ok());
+      return;
     }
+    for (int i = 0; i < 500 && comm.AsyncError().ok(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(comm.AsyncError().ok());
   });
   clients.clear();
   std::string last;

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Soak: a daemon (host backend) under rounds of collective jobs with random
+client kills, for a set time; every minute its descriptors, memfds, threads
+and RSS are sampled (and plotted).
+
+Each group runs rounds back to back: WORLD test clients
+(collectived_test_client: a seeded mix of all-reduce and all-gather, every
+element checked) join a fresh key, in client or daemon mode by turns. In
+about half the rounds one rank is SIGKILLed: before it joined, or after a
+random delay while it runs ops and holds buffers; the next round starts it
+again (a restart). Checked:
+  - no wrong element in any client, killed rounds or not;
+  - a round without a kill: every rank completes every op;
+  - a killed round: every survivor ends within --learn-bound-s of the kill
+    (op and join timeouts are 5 s), with ABORTED naming the killed rank
+    (or, killed before it joined, the join's failure);
+  - the daemon idle at the end holds the descriptors, memfds and threads of
+    its own it held idle at the start (gRPC's pool may keep up to
+    --grpc-threads more), and its RSS grew by less than --rss-growth-mib.
+  soak.py --daemon BIN --client BIN --minutes M --out DIR [--groups 2] [--world 4]
+Exits 0 when every check holds; DIR gets soak.csv, soak.txt and soak.png.
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def proc_stats(pid):
+    fds = memfds = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        fds += 1
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}").startswith("/memfd:"):
+                memfds += 1
+        except OSError:
+            pass
+    threads = rss_kib = ours = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                ours += f.read().startswith("cd-")  # the daemon's own threads (gRPC's pool aside)
+        except OSError:
+            pass
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                threads = int(line.split()[1])
+            elif line.startswith("VmRSS:"):
+                rss_kib = int(line.split()[1])
+    return fds, memfds, threads, rss_kib, ours
+
+
+class Soak:
+    def __init__(self, a, workdir):
+        self.a = a
+        self.dir = workdir
+        self.socket = os.path.join(workdir, "s.sock")
+        self.lock = threading.Lock()
+        self.failures = []
+        self.rounds = self.killed_rounds = self.ops = 0
+        self.kills = {"before-join": 0, "mid-op": 0}
+        self.learn_s = []
+        self.samples = []
+        self.stop_at = 0.0
+
+    def fail(self, what):
+        with self.lock:
+            self.failures.append(what)
+        print("FAIL:", what, flush=True)
+
+    def start_daemon(self):
+        log = open(os.path.join(self.dir, "daemon.log"), "w")
+        self.daemon = subprocess.Popen(
+            [self.a.daemon, "--socket", self.socket, "--log-level", "warn", "--op-timeout-ms", "5000",
+             "--join-timeout-ms", "5000", "--max-message-bytes", "1048576"],
+            stdout=log, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if os.path.exists(self.socket):
+                return
+            time.sleep(0.05)
+        raise SystemExit("the daemon did not start: see " + log.name)
+
+    def sample(self, t0):
+        row = (time.monotonic() - t0,) + proc_stats(self.daemon.pid)
+        with self.lock:
+            self.samples.append(row)
+        return row
+
+    def round(self, group, n, rng):
+        world = self.a.world
+        key = f"soak-{group}-{n}"
+        mode = "client" if n % 2 == 0 else "daemon"
+        seed = rng.randrange(1, 1 << 30)
+        ops = rng.randrange(100, 400)
+        kill = rng.random() < 0.5
+        kind = rng.choice(["before-join", "mid-op", "mid-op"]) if kill else None
+        victim = rng.randrange(world)
+        procs, logs = [], []
+        for r in range(world):
+            path = os.path.join(self.dir, f"{key}-r{r}.log")
+            logs.append(path)
+            procs.append(subprocess.Popen(
+                [self.a.client, "--socket", self.socket, "--key", key, "--world", str(world), "--rank", str(r),
+                 "--mode", mode, "--ops", str(ops), "--seed", str(seed), "--max-count", "2048", "--window", "8"],
+                stdout=open(path, "w"), stderr=subprocess.STDOUT))
+        t_kill = None
+        if kill:
+            time.sleep(rng.uniform(0, 0.03) if kind == "before-join" else rng.uniform(0.05, 1.5))
+            if procs[victim].poll() is None:
+                procs[victim].send_signal(signal.SIGKILL)
+                t_kill = time.monotonic()
+        ended = {}
+        deadline = time.monotonic() + 120
+        while len(ended) < world and time.monotonic() < deadline:
+            for r, p in enumerate(procs):
+                if r not in ended and p.poll() is not None:
+                    ended[r] = time.monotonic()
+            time.sleep(0.01)
+        for r, p in enumerate(procs):
+            if r not in ended:
+                p.kill()
+                p.wait()
+                self.fail(f"{key}: rank {r} hung (no exit within 120 s)")
+        outs = [open(path).read() for path in logs]
+        for r, out in enumerate(outs):
+            for m in re.finditer(r"(\d+) wrong", out):
+                if int(m.group(1)) != 0:
+                    self.fail(f"{key} ({mode}): rank {r}: {m.group(0)}: {out.strip()[:300]}")
+        with self.lock:
+            self.rounds += 1
+        if t_kill is None:  # no kill, or the victim had already finished
+            for r, out in enumerate(outs):
+                if procs[r].returncode != 0 or f"{ops} ops, 0 wrong, 0 failed" not in out:
+                    self.fail(f"{key} ({mode}, no kill): rank {r} rc {procs[r].returncode}: {out.strip()[:300]}")
+            with self.lock:
+                self.ops += ops * world
+            return
+        with self.lock:
+            self.killed_rounds += 1
+            self.kills[kind] += 1
+        for r, out in enumerate(outs):
+            if r == victim:
+                continue
+            learn = ended[r] - t_kill
+            with self.lock:
+                self.learn_s.append(learn)
+            if learn > self.a.learn_bound_s:
+                self.fail(f"{key}: rank {r} took {learn:.2f} s to end after rank {victim} was killed")
+            if procs[r].returncode == 0:
+                continue  # it finished every op before the kill mattered
+            named = f"rank {victim} left" in out
+            joined_failed = "create communicator" in out
+            if not named and not joined_failed:
+                self.fail(f"{key} ({mode}, {kind}): rank {r} failed without naming rank {victim}: {out.strip()[:300]}")
+
+    def group(self, g):
+        rng = random.Random(self.a.seed * 1000 + g)
+        n = 0
+        while time.monotonic() < self.stop_at:
+            self.round(g, n, rng)
+            n += 1
+
+    def run(self):
+        self.start_daemon()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        base = self.sample(t0)
+        self.stop_at = t0 + self.a.minutes * 60
+        groups = [threading.Thread(target=self.group, args=(g,)) for g in range(self.a.groups)]
+        for t in groups:
+            t.start()
+        next_sample = t0 + self.a.sample_s
+        while any(t.is_alive() for t in groups):
+            if time.monotonic() >= next_sample:
+                row = self.sample(t0)
+                print(f"{row[0] / 60:5.1f} min: {row[1]} fds, {row[2]} memfds, {row[3]} threads ({row[5]} own), "
+                      f"{row[4] / 1024:.1f} MiB; {self.rounds} rounds, {self.killed_rounds} killed, "
+                      f"{len(self.failures)} failures", flush=True)
+                next_sample += self.a.sample_s
+            time.sleep(0.2)
+        for t in groups:
+            t.join()
+        time.sleep(2)  # the daemon reclaims the last sessions
+        end = self.sample(t0)
+        self.daemon.send_signal(signal.SIGTERM)
+        try:
+            self.daemon.wait(20)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            self.fail("the daemon did not stop on SIGTERM within 20 s")
+        if self.daemon.returncode not in (0, None):
+            self.fail(f"the daemon exited with {self.daemon.returncode}")
+        # Idle at the end as idle at the start.
+        for i, what in ((1, "descriptors"), (2, "memfds"), (5, "daemon threads (cd-*)")):
+            if end[i] != base[i]:
+                self.fail(f"{what}: {base[i]} idle at the start, {end[i]} idle at the end")
+        # gRPC sizes its own pool to the load and keeps it: bounded, not flat.
+        if end[3] > base[3] + self.a.grpc_threads:
+            self.fail(f"threads: {base[3]} idle at the start, {end[3]} idle at the end")
+        # RSS: from the first sample under load (allocator pools warm) to the end.
+        warm = self.samples[1] if len(self.samples) > 2 else base
+        growth_mib = (end[4] - warm[4]) / 1024
+        if growth_mib > self.a.rss_growth_mib:
+            self.fail(f"RSS grew {growth_mib:.1f} MiB (from {warm[4] / 1024:.1f} to {end[4] / 1024:.1f})")
+        return base, end, growth_mib
+
+
+def plot(samples, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    t = [s[0] / 60 for s in samples]
+    fig, ax = plt.subplots(4, 1, figsize=(7, 8), sharex=True)
+    for i, (col, label) in enumerate(((1, "descriptors"), (2, "memfds"), (3, "threads"), (4, "RSS (MiB)"))):
+        ax[i].plot(t, [s[col] / (1024 if col == 4 else 1) for s in samples], marker="o")
+        ax[i].set_ylabel(label)
+        ax[i].set_ylim(bottom=0)
+    ax[-1].set_xlabel("minutes")
+    fig.suptitle("collectived under the soak (sampled every interval, idle at both ends)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--daemon", required=True)
+    p.add_argument("--client", required=True)
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--out", required=True)
+    p.add_argument("--groups", type=int, default=2)
+    p.add_argument("--world", type=int, default=4)
+    p.add_argument("--sample-s", type=float, default=60)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--learn-bound-s", type=float, default=8.0)  # 5 s timeouts, plus slack for a loaded machine
+    p.add_argument("--rss-growth-mib", type=float, default=32)
+    p.add_argument("--grpc-threads", type=int, default=16)  # threads gRPC's pool may add and keep
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="collectived-soak-") as workdir:
+        soak = Soak(a, workdir)
+        base, end, growth = soak.run()
+    with open(os.path.join(a.out, "soak.csv"), "w") as f:
+        f.write("seconds,fds,memfds,threads,rss_kib,daemon_threads\n")
+        for s in soak.samples:
+            f.write("%.1f,%d,%d,%d,%d,%d\n" % s)
+    learn = sorted(soak.learn_s)
+    summary = [
+        f"soak: {a.minutes} min, {a.groups} groups of {a.world} clients, seed {a.seed}",
+        f"rounds {soak.rounds}, killed {soak.killed_rounds} (before join {soak.kills['before-join']}, "
+        f"mid-op {soak.kills['mid-op']}), ops checked in unkilled rounds {soak.ops}",
+        "survivors ended after a kill: " + (f"median {learn[len(learn) // 2]:.2f} s, max {learn[-1]:.2f} s"
+                                           if learn else "no survivors timed"),
+        f"daemon idle at start: {base[1]} fds, {base[2]} memfds, {base[3]} threads ({base[5]} its own), "
+        f"{base[4] / 1024:.1f} MiB; at end: {end[1]} fds, {end[2]} memfds, {end[3]} threads ({end[5]} its own), "
+        f"{end[4] / 1024:.1f} MiB "
+        f"(RSS {growth:+.1f} MiB since the first sample under load)",
+        f"failures: {len(soak.failures)}",
+    ] + soak.failures[:20]
+    text = "\n".join(summary)
+    print(text)
+    with open(os.path.join(a.out, "soak.txt"), "w") as f:
+        f.write(text + "\n")
+    plot(soak.samples, os.path.join(a.out, "soak.png"))
+    return 1 if soak.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
