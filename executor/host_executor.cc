@@ -281,6 +281,11 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     }
     descs[k] = &seg.slot(k, index).desc;
   }
+  // After an abort no slot is written again: a peer whose barrier of an
+  // earlier op ended on the abort word may still be reading this rank's
+  // slots (the end barrier held nobody for it). The abort is sticky, and
+  // every failed barrier raises it (fail_hard) before its rank moves on.
+  if (seg.aborted()) return fail_hard(seg.AbortStatus());
   Status verdict = ring::MatchDescriptors(index, descs.data(), n);
   const bool matched = verdict.ok();
   for (uint32_t k = 0; verdict.ok() && k < n; ++k) {
@@ -337,6 +342,13 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
                             : RunBody(seg, rank, index, own, buf, inputs, ctx);
     if (!s.ok()) return complete_early ? s : fail_hard(s);
   }
+  // This rank's reads of peers' slots and buffers are over. A peer whose
+  // barrier ended on the abort word has failed this op, and its client may
+  // write its buffers again while they are read in place: once aborted, the
+  // op does not succeed. Checked before this rank's end flag, which a peer
+  // completing cleanly (and then destroying the communicator, an abort
+  // too) must see first: such a leave cannot fail an op read in time.
+  if (verdict.ok() && !complete_early && seg.aborted()) return fail_hard(seg.AbortStatus());
   // Even a refused op ends with the barrier, so no rank runs ahead into a
   // slot a peer is still reading. Negative control (AITER): leave without it.
   if ((unsafe & ring::kUnsafeSkipEndBarrier) == 0) {

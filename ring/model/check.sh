@@ -50,7 +50,10 @@ run "3 ranks, 1 op, depth 1" safe -DN=3 -DK=1 -DD=1
 if [ "${1:-}" = --all ]; then
   run "3 ranks, 2 ops, depth 1" safe -DN=3 -DK=2 -DD=1
 fi
-for v in SKIP_END_BARRIER EVENT_BEFORE_EPILOGUE SIZE_DEPENDENT_SLOTS BOOL_FLAGS BOOL_READY NO_DEADLINE; do
-  run "$v" unsafe -DN=2 -DK=2 -DD=1 "-D$v"
+# Depth 2 lets a rank post its next op while a peer still runs this one;
+# BOOL_READY needs a slot reused (more ops than depth).
+for v in SKIP_END_BARRIER EVENT_BEFORE_EPILOGUE SIZE_DEPENDENT_SLOTS BOOL_FLAGS NO_DEADLINE ABORT_UNCHECKED; do
+  run "$v" unsafe -DN=2 -DK=2 -DD=2 "-D$v"
 done
+run BOOL_READY unsafe -DN=2 -DK=2 -DD=1 -DBOOL_READY
 exit $fail

@@ -26,6 +26,9 @@
  *   BOOL_FLAGS            barrier flags are 0/1 words, not 64-bit generations
  *   BOOL_READY            a ring slot's ready word is 0/1, not index + 1
  *   NO_DEADLINE           waits without a deadline, and a member that stops posting
+ *   ABORT_UNCHECKED       an executor goes on after a failed op without looking at
+ *                         the abort word (found by the soak: a peer's slot rewritten
+ *                         under a slow reader, whose op then succeeded)
  */
 #ifndef N
 #define N 2            /* ranks */
@@ -91,7 +94,7 @@ inline barrier(ph, i) {
   :: k < N ->
      if
      :: PASSED(ph, k, i) -> k++
-     :: aborted -> goto fail
+     :: aborted -> goto failop
      fi
   :: k >= N -> break
   od
@@ -141,15 +144,22 @@ proctype Executor(byte r) {
      :: k < N ->
         if
         :: IS_READY(k * D + i % D, i) -> bad = bad || desc[k * D + i % D] != i; k++
-        :: aborted -> goto fail
+        :: aborted -> goto failop
         fi
      :: k >= N -> break
      od;
+#ifndef ABORT_UNCHECKED
+     /* No slot is written after an abort: a peer may still read it. */
+     if
+     :: aborted -> goto failop
+     :: else
+     fi;
+#endif
      write_cell(IN_CELL(r, i), r, i);
      PUBLISH(START, r, i);
      barrier(START, i);
-     /* Body: every read of a peer's slot must find this op's data (one
-      * step for all peers: a read still lands between a writer's two steps). */
+     /* Body: every read of a peer's slot must find this op's data (one step
+      * for all peers: a read still lands between a writer's two steps). */
      atomic {
        k = 0;
        do
@@ -173,33 +183,34 @@ proctype Executor(byte r) {
      fi;
 #ifdef EVENT_BEFORE_EPILOGUE
      completed[r] = i + 1;
+#endif
      written[r * K + i] = 1;
-#else
-     written[r * K + i] = 1;
+#ifndef ABORT_UNCHECKED
+     /* Reads over: once aborted the op does not succeed (a peer that failed
+      * it may reuse its buffers); checked before this rank's end flag. */
+     if
+     :: aborted -> goto failop
+     :: else
+     fi;
 #endif
      PUBLISH(END, r, i);
 #ifndef SKIP_END_BARRIER
      barrier(END, i);
 #endif
      /* Past every barrier of the op: it succeeds, so it must have read
-      * only its own op's descriptors and data (after an abort a peer may
-      * reuse a slot, but then this op fails in a wait above). */
+      * only its own op's descriptors and data. */
      assert(!bad);
-#ifndef EVENT_BEFORE_EPILOGUE
      completed[r] = i + 1;
-#endif
+     goto next;
+failop:
+     /* Failed (a wait ended on the abort word): complete it with the
+      * abort's status and go on to the next op, as the executor does. */
+     failed[r * K + i] = 1;
+     completed[r] = i + 1;
+next:
      i++
   :: i >= K -> break
-  od;
-  goto done;
-fail:
-  /* Aborted: this op and every later one complete with the abort's status. */
-  do
-  :: i < K -> failed[r * K + i] = 1; completed[r] = i + 1; i++
-  :: i >= K -> break
-  od;
-done:
-  skip
+  od
 }
 
 /* A handle's wait: completion (or the abort word); a success implies every

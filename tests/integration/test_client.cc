@@ -92,6 +92,15 @@ int main(int argc, char** argv) {
     }
     const uint64_t w = testing::CountWrongMixedOp(op.mix, world, send[op.slot], recv[op.slot]);
     if (w != 0 && wrong == 0) {
+      // When each rank read, wrote and completed this op: whether a barrier held.
+      std::vector<OpTrace> tr;
+      if (comm->GetOpTrace(op.handle.op_index(), &tr).ok()) {
+        for (size_t q = 0; q < tr.size(); ++q) {
+          std::fprintf(stderr, "rank %u: op %llu on rank %zu: reads done %lld, output done %lld, completed %lld\n", rank,
+                       (unsigned long long)op.handle.op_index(), q, (long long)tr[q].reads_done_ns,
+                       (long long)tr[q].output_done_ns, (long long)tr[q].completed_ns);
+        }
+      }
       std::fprintf(stderr, "rank %u: %llu wrong in %s %s %s count=%llu%s\n", rank, (unsigned long long)w,
                    op.mix.gather ? "all_gather" : "all_reduce", DataTypeName(op.mix.dtype), ReduceOpName(op.mix.op),
                    (unsigned long long)op.mix.count, op.mix.in_place ? " in place" : "");
@@ -111,7 +120,7 @@ int main(int argc, char** argv) {
       // Stop here: a refused op never joins the window, so posting on would
       // refill a slot whose earlier op is still in flight and report its
       // elements as wrong.
-      std::fprintf(stderr, "rank %u: post failed: %s\n", rank, ps.ToString().c_str());
+      std::fprintf(stderr, "rank %u: post of op %d failed: %s\n", rank, k, ps.ToString().c_str());
       ++failed;
       break;
     }

@@ -96,11 +96,12 @@ class Soak:
     def round(self, group, n, rng):
         world = self.a.world
         key = f"soak-{group}-{n}"
-        mode = "client" if n % 2 == 0 else "daemon"
+        modes = self.a.modes.split(",")
+        mode = modes[n % len(modes)]
         seed = rng.randrange(1, 1 << 30)
         ops = rng.randrange(100, 400)
-        kill = rng.random() < 0.5
-        kind = rng.choice(["before-join", "mid-op", "mid-op"]) if kill else None
+        kill = rng.random() < self.a.kill_fraction
+        kind = rng.choice(self.a.kills.split(",")) if kill else None
         victim = rng.randrange(world)
         procs, logs = [], []
         for r in range(world):
@@ -112,7 +113,7 @@ class Soak:
                 stdout=open(path, "w"), stderr=subprocess.STDOUT))
         t_kill = None
         if kill:
-            time.sleep(rng.uniform(0, 0.03) if kind == "before-join" else rng.uniform(0.05, 1.5))
+            time.sleep(rng.uniform(0, 0.03) if kind == "before-join" else rng.uniform(0.02, self.a.mid_op_max_s))
             if procs[victim].poll() is None:
                 procs[victim].send_signal(signal.SIGKILL)
                 t_kill = time.monotonic()
@@ -245,11 +246,22 @@ def main():
     p.add_argument("--learn-bound-s", type=float, default=8.0)  # 5 s timeouts, plus slack for a loaded machine
     p.add_argument("--rss-growth-mib", type=float, default=32)
     p.add_argument("--grpc-threads", type=int, default=16)  # threads gRPC's pool may add and keep
+    p.add_argument("--modes", default="client,daemon")  # taken by turns
+    p.add_argument("--kill-fraction", type=float, default=0.5)
+    p.add_argument("--mid-op-max-s", type=float, default=0.4)  # a mid-op kill comes 20 ms to this after the start
+    p.add_argument("--kills", default="before-join,mid-op,mid-op")  # drawn from, per killed round
+    p.add_argument("--keep", action="store_true")  # keep the logs (daemon, every client) in OUT/logs
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="collectived-soak-") as workdir:
+    if a.keep:
+        workdir = os.path.join(a.out, "logs")
+        os.makedirs(workdir, exist_ok=True)
         soak = Soak(a, workdir)
         base, end, growth = soak.run()
+    else:
+        with tempfile.TemporaryDirectory(prefix="collectived-soak-") as workdir:
+            soak = Soak(a, workdir)
+            base, end, growth = soak.run()
     with open(os.path.join(a.out, "soak.csv"), "w") as f:
         f.write("seconds,fds,memfds,threads,rss_kib,daemon_threads\n")
         for s in soak.samples:
