@@ -140,12 +140,14 @@ using namespace collectived::fuzz;  // NOLINT
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);
   WriteSeedsIfAsked("fd_socket", [](std::vector<std::string>* seeds) {
-    // [step kind][operands...]; see TestOneInput.
-    seeds->push_back(std::string("\x00\x02\x00\x01\x03\x00\x00\x00\x00\x00\x00\x00\x00\x04\x00", 15));  // hello
+    // Starting points only: FuzzedDataProvider takes integers from the
+    // input's end and bytes from its front, so a seed's bytes do not map one
+    // to one onto steps; coverage grows from them (docs/proof.md).
+    seeds->push_back(std::string("\x00\x02\x00\x01\x03\x00\x00\x00\x00\x00\x00\x00\x00\x04\x00", 15));
     seeds->push_back(std::string("\x00\x01\x00\x10\x00hello, garbage!!\x04\x00", 21));
     seeds->push_back(std::string("\x00\x02\x00\x01\x03\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x03\x03", 17) +
-                     std::string(8, '\x01') + "\x04\x00");  // hello, then a deposit
-    seeds->push_back(std::string("\x00\x01\x00\x05\x01\x43\x46\x44\x31\x01\x03\x00", 12));  // half a request, closed
+                     std::string(8, '\x01') + "\x04\x00");
+    seeds->push_back(std::string("\x00\x01\x00\x05\x01\x43\x46\x44\x31\x01\x03\x00", 12));
   });
   g = new Daemon;
   char tmpl[] = "/tmp/collectived-fuzz-XXXXXX";

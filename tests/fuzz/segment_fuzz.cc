@@ -131,11 +131,13 @@ using namespace collectived::fuzz;  // NOLINT
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);
   WriteSeedsIfAsked("segment", [](std::vector<std::string>* seeds) {
-    // [mode][steps...]: each step a kind byte and its operands (see below).
-    seeds->push_back(std::string("\x01\x01\x00\x10", 4));                  // daemon mode, one good op
-    seeds->push_back(std::string("\x00\x01\x00\x10\x03\x04", 6));          // client mode, op, query, stats
+    // Starting points only: FuzzedDataProvider takes integers from the
+    // input's end and bytes from its front, so a seed's bytes do not map one
+    // to one onto steps; coverage grows from them (docs/proof.md).
+    seeds->push_back(std::string("\x01\x01\x00\x10", 4));
+    seeds->push_back(std::string("\x00\x01\x00\x10\x03\x04", 6));
     std::string scribble("\x01\x00\x00\x00\x08\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00\x10", 16);
-    seeds->push_back(scribble);                                             // header scribbled, then an op
+    seeds->push_back(scribble);
     seeds->push_back(std::string("\x01\x00\x02\x40\x08\x01\x01\x01\x01\x01\x01\x01\x01\x01\x00\x10\x05", 17));
     seeds->push_back(std::string("\x01\x01\x00\x10\x00\x03\x00\x04\x04\x00\x00\x00\x00\x06\x07", 15));
   });
@@ -172,7 +174,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                  {lay.ring_offset, lay.status_offset},
                                  {lay.status_offset, lay.in_slot_offset},
                                  {lay.in_slot_offset, lay.total_bytes}};
-  uint64_t posted[2] = {0, 0};
   for (int steps = 0; steps < 24 && in.remaining_bytes() > 0; ++steps) {
     switch (in.ConsumeIntegral<uint8_t>() % 8) {
       case 0: {  // a hostile write: region, offset, length, bytes
@@ -194,7 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                  gather ? ReduceOp::kUnspecified : ReduceOp::kSum, count, bufs[r].buffer_id,
                                  bufs[r].buffer_id),
                               &index);
-        if (s.ok()) posted[r] = index + 1;
+        (void)s;  // refused or posted: either way the daemon must stay sound
         break;
       }
       case 2: {  // query an op, any index
@@ -221,7 +222,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
   }
-  (void)posted;
   // The other communicator of the same sessions runs exactly.
   daemon::JoinResult clean[2];
   Form(reg, sessions, "clean", ExecutionMode::kDaemon, clean);

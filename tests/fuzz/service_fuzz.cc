@@ -167,7 +167,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     }
   });
   WriteSeedsIfAsked("service", [](std::vector<std::string>* seeds) {
-    // Each seed: a program of calls in the layout TestOneInput reads.
+    // Calls laid out as [rpc][flags][length][bytes]: starting points only
+    // (FuzzedDataProvider takes integers from the input's end), from which
+    // coverage grows (docs/proof.md).
     auto call = [](int rpc, uint8_t flags, const google::protobuf::Message& m) {
       std::string bytes = m.SerializeAsString();
       std::string out;
