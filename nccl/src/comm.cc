@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "nccl/src/stream_temp.h"
 #include "nccl/src/type_map.h"
 
 namespace collectived::nccl {
@@ -27,28 +28,6 @@ int EnvMs(const char* name, int fallback) {
   const long ms = std::strtol(v, &end, 10);
   return (end != nullptr && *end == '\0' && ms > 0 && ms <= 86400000) ? static_cast<int>(ms) : fallback;
 }
-
-Status Cuda(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return Status::Ok();
-  cudaGetLastError();  // not sticky: clear it
-  const StatusCode code = e == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted : StatusCode::kInternal;
-  return Status(code, std::string(call) + ": " + cudaGetErrorString(e));
-}
-
-// Stream-ordered scratch memory, freed on the stream after the work that uses it.
-class StreamTemp {
- public:
-  explicit StreamTemp(cudaStream_t s) : s_(s) {}
-  ~StreamTemp() {
-    if (p_ != nullptr) cudaFreeAsync(p_, s_);
-  }
-  Status Alloc(uint64_t bytes) { return Cuda(cudaMallocAsync(&p_, bytes, s_), "cudaMallocAsync"); }
-  uint8_t* get() const { return static_cast<uint8_t*>(p_); }
-
- private:
-  cudaStream_t s_;
-  void* p_ = nullptr;
-};
 
 bool Aligned(const void* p, uint64_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 

@@ -111,13 +111,22 @@ void FillHost(const TypeCase& t, ReduceOp op, uint32_t rank, uint64_t seed, std:
   }
 }
 
-void Upload(void* d, const std::vector<uint8_t>& h) { CUDA_OK(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice)); }
+// The ops run on a non-blocking stream, which the legacy stream's memset and
+// pageable copy do not order against (the copy may return before its DMA
+// lands): both end with a device-wide sync.
+void Upload(void* d, const std::vector<uint8_t>& h) {
+  CUDA_OK(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize());
+}
 std::vector<uint8_t> Download(const void* d, uint64_t bytes) {
   std::vector<uint8_t> h(bytes);
   CUDA_OK(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost));
   return h;
 }
-void PoisonDevice(void* d, uint64_t bytes) { CUDA_OK(cudaMemset(d, 0xA5, bytes)); }
+void PoisonDevice(void* d, uint64_t bytes) {
+  CUDA_OK(cudaMemset(d, 0xA5, bytes));
+  CUDA_OK(cudaDeviceSynchronize());
+}
 
 uint64_t WrongGather(const TypeCase& t, const std::vector<uint8_t>& out, uint64_t count, uint64_t seed) {
   if (t.data != DataType::kUnspecified) return ex::CountWrongAllGather(t.data, g_world, seed, out.data(), count);
