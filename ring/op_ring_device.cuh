@@ -89,7 +89,16 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
       }
       __threadfence_system();
-      StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
+      if (phase == 1 && LoadAcquire(a.abort_word) != 0) {
+        // Reads that end after an abort may have overlapped a peer's next
+        // op: a peer that left its end barrier on the abort word rewrites
+        // its slot (or its caller its buffer). The op fails instead of
+        // passing on flags published before (docs/proof.md, the abort rule).
+        RecordError(a, kDeviceAborted);
+        failed = 1;
+      } else {
+        StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
+      }
     } else if (!SpinAtLeast(a, row + threadIdx.x * kMaxBlocks + blockIdx.x, gen)) {
       failed = 1;
     } else if (match) {
