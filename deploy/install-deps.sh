@@ -10,6 +10,7 @@ packages=(
   hipcc libamdhip64-dev   # ROCm 5.2: the GPU backend built for AMD (tests/hip_backend_build.sh)
   python3-matplotlib      # for bench/plot.py (PNG plots of collective-bench output; bench/plot_test.sh)
   clang libclang-rt-14-dev spin  # tests/sanitizers (ASan+UBSan, libFuzzer) and ring/model (SPIN): docs/proof.md
+  python3-dev python3-venv python3-numpy python3-pytest  # the Python package (python/, tests/python)
 )
 missing=()
 for p in "${packages[@]}"; do

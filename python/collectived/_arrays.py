@@ -1,0 +1,176 @@
+"""What an op needs of an array: its address, element count, type, device and
+the stream to run on by default; read from a torch tensor directly, from
+``__cuda_array_interface__``, or through DLPack and the buffer protocol (the
+extension's ``describe``). Refusals raise InvalidArgumentError naming the
+argument."""
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple, Optional
+
+from . import _native
+from ._errors import InvalidArgumentError
+
+# collectived's DataType values (include/collectived/types.h).
+DTYPES = {"float32": 1, "float64": 2, "float16": 3, "bfloat16": 4, "int32": 5, "int64": 6, "uint32": 7}
+NAMES = {v: k for k, v in DTYPES.items()}
+ITEMSIZE = {1: 4, 2: 8, 3: 2, 4: 2, 5: 4, 6: 8, 7: 4}
+OPS = {"sum": 1, "prod": 2, "min": 3, "max": 4, "avg": 5}
+# (DLPack code, bits) -> DataType
+_DL = {(2, 32): 1, (2, 64): 2, (2, 16): 3, (4, 16): 4, (0, 32): 5, (0, 64): 6, (1, 32): 7}
+_TYPESTR = {"f4": 1, "f8": 2, "f2": 3, "i4": 5, "i8": 6, "u4": 7}
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+_torch_dtypes: dict = {}
+
+
+class Array(NamedTuple):
+    ptr: int
+    count: int  # elements
+    dtype: int  # DataType
+    device: int  # CUDA ordinal, -1: host memory
+    stream: Optional[int]  # the framework's current stream (GPU), None when it has none
+    shape: tuple
+
+
+def dtype_code(dtype: Any, what: str = "dtype") -> int:
+    """DataType of a name ("float32"), a NumPy dtype or a torch dtype."""
+    if isinstance(dtype, str):
+        code = DTYPES.get(dtype)
+    else:
+        code = _torch_dtype(dtype) if type(dtype).__module__ == "torch" else None
+        if code is None:
+            name = getattr(dtype, "name", None) or getattr(getattr(dtype, "dtype", None), "name", None)
+            if name is None:
+                try:
+                    import numpy
+                    name = numpy.dtype(dtype).name
+                except Exception:
+                    name = None
+            code = DTYPES.get(name) if name else None
+    if code is None:
+        raise InvalidArgumentError(f"{what}: {dtype!r} is not a supported type (one of {', '.join(DTYPES)})")
+    return code
+
+
+def _torch_dtype(dt: Any) -> Optional[int]:
+    if not _torch_dtypes:
+        import torch
+        _torch_dtypes.update({torch.float32: 1, torch.float64: 2, torch.float16: 3, torch.bfloat16: 4,
+                              torch.int32: 5, torch.int64: 6, torch.uint32: 7})
+    return _torch_dtypes.get(dt)
+
+
+def describe(x: Any, what: str, writable: bool = False, as_dtype: Optional[int] = None) -> Array:
+    """The array behind `x`; raises InvalidArgumentError naming `what`.
+    `as_dtype`: read the elements as this DataType (same size)."""
+    mod = type(x).__module__
+    if mod == "torch" or mod.startswith("torch."):
+        return _describe_torch(x, what, as_dtype)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None and not hasattr(x, "__dlpack__"):
+        return _describe_cai(x, cai, what, writable, as_dtype)
+    try:
+        ptr, shape, strides, (code, bits, lanes), dev_type, dev_id, readonly = _native.describe(x, writable)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{what}: {e.message}") from None
+    dtype = _DL.get((code, bits)) if lanes == 1 else None
+    if as_dtype is not None and lanes == 1 and bits == 8 * ITEMSIZE[as_dtype]:
+        dtype = as_dtype
+    if dtype is None:
+        kind = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}.get(code, f"DLPack code {code} of ")
+        lanes_s = f" x{lanes}" if lanes != 1 else ""
+        raise InvalidArgumentError(f"{what}: element type {kind}{bits}{lanes_s} is not supported "
+                                   f"(one of {', '.join(DTYPES)})")
+    if readonly:
+        raise InvalidArgumentError(f"{what}: the array is read-only")
+    if not _contiguous(shape, strides):
+        raise InvalidArgumentError(f"{what}: the array is not contiguous (strides {tuple(strides)} for shape "
+                                   f"{tuple(shape)}); pass a contiguous copy")
+    count = 1
+    for n in shape:
+        count *= n
+    if dev_type in (_DL_CPU, _DL_CUDA_HOST):
+        device, stream = -1, None
+    elif dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):
+        device, stream = dev_id, _framework_stream(mod, dev_id)
+    else:
+        raise InvalidArgumentError(f"{what}: DLPack device type {dev_type} is neither host memory nor CUDA")
+    return Array(ptr, count, dtype, device, stream, tuple(shape))
+
+
+def _contiguous(shape, strides) -> bool:
+    expect = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
+
+
+def _describe_torch(t: Any, what: str, as_dtype: Optional[int]) -> Array:
+    dtype = _torch_dtype(t.dtype)
+    if as_dtype is not None and t.element_size() == ITEMSIZE[as_dtype]:
+        dtype = as_dtype
+    if dtype is None:
+        raise InvalidArgumentError(f"{what}: torch dtype {t.dtype} is not supported (one of {', '.join(DTYPES)})")
+    if not t.is_contiguous():
+        raise InvalidArgumentError(f"{what}: the tensor is not contiguous (strides {tuple(t.stride())}); "
+                                   "pass t.contiguous()")
+    dev = t.device
+    if dev.type == "cuda":
+        import torch
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(index).cuda_stream
+        return Array(t.data_ptr(), t.numel(), dtype, index, stream, tuple(t.shape))
+    if dev.type == "cpu":
+        return Array(t.data_ptr(), t.numel(), dtype, -1, None, tuple(t.shape))
+    raise InvalidArgumentError(f"{what}: torch device {dev} is neither cpu nor cuda")
+
+
+def _describe_cai(x: Any, cai: dict, what: str, writable: bool, as_dtype: Optional[int]) -> Array:
+    ptr, readonly = cai["data"]
+    typestr = cai["typestr"]
+    dtype = _TYPESTR.get(typestr[1:]) if typestr[:1] in "<|" else None
+    if as_dtype is not None and typestr[2:] == str(ITEMSIZE[as_dtype]):
+        dtype = as_dtype
+    if dtype is None:
+        raise InvalidArgumentError(f"{what}: typestr {typestr!r} is not supported (one of {', '.join(DTYPES)})")
+    if writable and readonly:
+        raise InvalidArgumentError(f"{what}: the array is read-only")
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is not None and not _contiguous(shape, [s // ITEMSIZE[dtype] for s in strides]):
+        raise InvalidArgumentError(f"{what}: the array is not contiguous (strides {tuple(strides)} bytes)")
+    count = 1
+    for n in shape:
+        count *= n
+    device = _cai_device(ptr)
+    stream = cai.get("stream")  # v3: the producer's stream
+    if stream is None:
+        stream = _framework_stream(type(x).__module__, device)
+    return Array(ptr, count, dtype, device, stream, shape)
+
+
+def _cai_device(ptr: int) -> int:
+    # __cuda_array_interface__ names no device: the current one holds it
+    # (as its consumers assume).
+    if "torch" in sys.modules:
+        import torch
+        if torch.cuda.is_available():
+            return torch.cuda.current_device()
+    if "cupy" in sys.modules:
+        import cupy
+        return cupy.cuda.Device().id
+    return 0
+
+
+def _framework_stream(mod: str, device: int) -> Optional[int]:
+    if mod.startswith("cupy"):
+        import cupy
+        return cupy.cuda.get_current_stream().ptr
+    if "torch" in sys.modules:
+        import torch
+        if torch.cuda.is_available():
+            return torch.cuda.current_stream(device).cuda_stream
+    return None

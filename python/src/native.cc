@@ -1,0 +1,445 @@
+// collectived._native: the client library for Python (nanobind). Thin on
+// purpose: arrays arrive as raw pointers (collectived/_arrays.py reads them
+// from torch, DLPack, the buffer protocol or __cuda_array_interface__), every
+// Status that is not OK raises the collectived._errors class of its code, and
+// every call that may block (connect, join, post, wait) releases the GIL, so
+// that ranks may be threads of one process.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectived/client.h"
+
+namespace nb = nanobind;
+namespace cd = collectived;
+
+namespace {
+
+struct StatusError {
+  cd::Status status;
+};
+
+void Check(const cd::Status& s) {
+  if (!s.ok()) throw StatusError{s};
+}
+
+void Translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const StatusError& e) {
+    nb::object exc = nb::module_::import_("collectived._errors")
+                         .attr("from_status")(static_cast<int>(e.status.code()), e.status.message());
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  }
+}
+
+[[noreturn]] void Invalid(const std::string& m) { throw StatusError{cd::Status::InvalidArgument(m)}; }
+
+cd::DataType ToDataType(int v) {
+  const auto d = static_cast<cd::DataType>(v);
+  if (cd::DataTypeSize(d) == 0) Invalid("dtype: unknown data type " + std::to_string(v));
+  return d;
+}
+
+cd::ReduceOp ToReduceOp(int v) {
+  if (v < 1 || v > 5) Invalid("op: unknown reduction " + std::to_string(v));
+  return static_cast<cd::ReduceOp>(v);
+}
+
+// DLPack's view of a collectived type.
+nb::dlpack::dtype DlType(cd::DataType d) {
+  using nb::dlpack::dtype_code;
+  switch (d) {
+    case cd::DataType::kFloat32: return {uint8_t(dtype_code::Float), 32, 1};
+    case cd::DataType::kFloat64: return {uint8_t(dtype_code::Float), 64, 1};
+    case cd::DataType::kFloat16: return {uint8_t(dtype_code::Float), 16, 1};
+    case cd::DataType::kBFloat16: return {uint8_t(dtype_code::Bfloat), 16, 1};
+    case cd::DataType::kInt32: return {uint8_t(dtype_code::Int), 32, 1};
+    case cd::DataType::kInt64: return {uint8_t(dtype_code::Int), 64, 1};
+    case cd::DataType::kUint32: return {uint8_t(dtype_code::UInt), 32, 1};
+    default: Invalid("dtype: unknown data type");
+  }
+}
+
+// A daemon buffer shared by the arrays over it and the registry of spans.
+using SharedBuffer = std::shared_ptr<cd::Buffer>;
+
+// One op's completion, and for a staged host op the copy-out that follows it.
+class PyHandle {
+ public:
+  PyHandle(cd::Handle h, bool gpu) : h_(std::move(h)), gpu_(gpu) {}
+  void SetFinish(std::function<void()> f) { finish_ = std::move(f); }
+
+  // Blocks (GIL released) until the op completed, then finishes it once.
+  void Wait(int timeout_ms) {
+    cd::Status st;
+    {
+      nb::gil_scoped_release unlocked;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!done_) {
+        st = h_.Wait(timeout_ms);
+        cd::Status now;
+        if (!h_.Test(&now)) {
+          throw StatusError{cd::Status::DeadlineExceeded("wait: the op is not complete after " +
+                                                         std::to_string(timeout_ms) + " ms (still running)")};
+        }
+        FinishLocked(now);
+      }
+    }
+    Check(status_);
+  }
+  // GPU ops: `stream` waits for the op, the host does not.
+  void WaitOn(uintptr_t stream) {
+    cd::Status st;
+    {
+      nb::gil_scoped_release unlocked;
+      st = h_.WaitOn(reinterpret_cast<cd::GpuStream>(stream));
+    }
+    Check(st);
+  }
+  bool Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return true;
+    cd::Status now;
+    if (!h_.Test(&now)) return false;
+    FinishLocked(now);
+    return true;
+  }
+  // (code, message) once complete; None while it runs.
+  nb::object Status() {
+    if (!Done()) return nb::none();
+    return nb::make_tuple(static_cast<int>(status_.code()), status_.message());
+  }
+  bool gpu() const { return gpu_; }
+  uint64_t op_index() const { return h_.op_index(); }
+
+ private:
+  void FinishLocked(const cd::Status& st) {
+    status_ = st;
+    if (st.ok() && finish_) finish_();
+    finish_ = nullptr;  // returns the scratch buffer either way
+    done_ = true;
+  }
+  cd::Handle h_;
+  bool gpu_;
+  std::mutex mu_;
+  bool done_ = false;
+  cd::Status status_;
+  std::function<void()> finish_;
+};
+
+class PyComm {
+ public:
+  PyComm(std::shared_ptr<cd::Client> client, std::unique_ptr<cd::Communicator> comm, int device)
+      : client_(std::move(client)), comm_(std::move(comm)), device_(device) {}
+
+  // An array of `bytes` in the daemon's shared memory (host) or this rank's
+  // symmetric heap (GPU); ops on it run zero-copy. `numpy`: a NumPy array
+  // (host types NumPy has), else a DLPack-capable nanobind array.
+  nb::object Alloc(std::vector<size_t> shape, int dtype, bool numpy) {
+    const cd::DataType d = ToDataType(dtype);
+    uint64_t count = 1;
+    for (size_t n : shape) count *= n;
+    const uint64_t bytes = std::max<uint64_t>(1, count) * cd::DataTypeSize(d);
+    auto buf = std::make_shared<cd::Buffer>();
+    {
+      nb::gil_scoped_release unlocked;
+      Check(on_gpu() ? comm_->AllocBuffer(bytes, buf.get()) : client_->AllocBuffer(bytes, buf.get()));
+    }
+    if (!on_gpu()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      spans_[reinterpret_cast<uintptr_t>(buf->data())] = {bytes, buf};
+    }
+    // The array owns the buffer: freed when the last array over it goes.
+    auto* keep = new SharedBuffer(buf);
+    nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<SharedBuffer*>(p); });
+    const int dev_type = on_gpu() ? nb::device::cuda::value : nb::device::cpu::value;
+    const int dev_id = on_gpu() ? device_ : 0;
+    if (numpy && !on_gpu()) {
+      return nb::ndarray<nb::numpy>(buf->data(), shape.size(), shape.data(), owner, nullptr, DlType(d), dev_type, dev_id)
+          .cast();
+    }
+    return nb::ndarray<>(buf->data(), shape.size(), shape.data(), owner, nullptr, DlType(d), dev_type, dev_id).cast();
+  }
+
+  PyHandle* AllReduce(uintptr_t send, uintptr_t recv, uint64_t count, int dtype, int op, uintptr_t stream) {
+    const cd::DataType d = ToDataType(dtype);
+    const cd::ReduceOp o = ToReduceOp(op);
+    cd::Handle h;
+    if (on_gpu()) {
+      {
+        nb::gil_scoped_release unlocked;
+        Check(comm_->AllReduce(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, d, o,
+                               reinterpret_cast<cd::GpuStream>(stream), &h));
+      }
+      return new PyHandle(std::move(h), true);
+    }
+    const uint64_t bytes = count * cd::DataTypeSize(d);
+    return HostOp(send, recv, bytes, bytes, 0, [&](cd::BufferSpan s, cd::BufferSpan r, cd::Handle* out) {
+      return comm_->AllReduce(s, r, count, d, o, out);
+    });
+  }
+
+  PyHandle* AllGather(uintptr_t send, uintptr_t recv, uint64_t count, int dtype, uintptr_t stream) {
+    const cd::DataType d = ToDataType(dtype);
+    cd::Handle h;
+    if (on_gpu()) {
+      {
+        nb::gil_scoped_release unlocked;
+        Check(comm_->AllGather(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, d,
+                               reinterpret_cast<cd::GpuStream>(stream), &h));
+      }
+      return new PyHandle(std::move(h), true);
+    }
+    const uint64_t bytes = count * cd::DataTypeSize(d);
+    return HostOp(send, recv, bytes, bytes * comm_->world_size(), bytes * comm_->rank(),
+                  [&](cd::BufferSpan s, cd::BufferSpan r, cd::Handle* out) { return comm_->AllGather(s, r, count, d, out); });
+  }
+
+  bool on_gpu() const { return comm_->on_gpu(); }
+  bool ZeroCopy(uintptr_t p, uint64_t bytes) {
+    if (on_gpu()) return comm_->ZeroCopy(reinterpret_cast<const void*>(p), bytes);
+    uint64_t off = 0;
+    return Locate(p, bytes, &off) != nullptr;
+  }
+  nb::object AsyncError() const {
+    const cd::Status st = comm_->AsyncError();
+    if (st.ok()) return nb::none();
+    return nb::make_tuple(static_cast<int>(st.code()), st.message());
+  }
+  void Abort(const std::string& reason) {
+    nb::gil_scoped_release unlocked;
+    Check(comm_->Abort(reason));
+  }
+  void Destroy() {
+    cd::Status st;
+    {
+      nb::gil_scoped_release unlocked;
+      st = comm_->Destroy();
+      std::lock_guard<std::mutex> lock(mu_);
+      scratch_.clear();
+    }
+    Check(st);
+  }
+  cd::Communicator& comm() { return *comm_; }
+  int device() const { return device_; }
+
+ private:
+  // The buffer holding [p, p + bytes), with the offset of p; null if none.
+  SharedBuffer Locate(uintptr_t p, uint64_t bytes, uint64_t* off) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = spans_.upper_bound(p);
+    if (it == spans_.begin()) return nullptr;
+    --it;
+    SharedBuffer b = it->second.second.lock();
+    if (b == nullptr) {
+      spans_.erase(it);
+      return nullptr;
+    }
+    if (p + bytes > it->first + it->second.first) return nullptr;
+    *off = p - it->first;
+    return b;
+  }
+
+  // Host ops: zero-copy when both arrays live in daemon buffers of this
+  // communicator's client; otherwise through a scratch buffer (the input
+  // copied in at `in_at`, the op in place there, the output copied out when
+  // the op completes).
+  template <typename Post>
+  PyHandle* HostOp(uintptr_t send, uintptr_t recv, uint64_t in_bytes, uint64_t out_bytes, uint64_t in_at, Post post) {
+    uint64_t so = 0, ro = 0;
+    SharedBuffer sb = Locate(send, in_bytes, &so);
+    SharedBuffer rb = Locate(recv, out_bytes, &ro);
+    cd::Handle h;
+    if (sb != nullptr && rb != nullptr) {
+      {
+        nb::gil_scoped_release unlocked;
+        Check(post(cd::BufferSpan(*sb, so), cd::BufferSpan(*rb, ro), &h));
+      }
+      auto* ph = new PyHandle(std::move(h), false);
+      ph->SetFinish([sb, rb] {});  // keeps both buffers until the op completed
+      return ph;
+    }
+    std::unique_ptr<cd::Buffer> scratch;
+    {
+      nb::gil_scoped_release unlocked;
+      scratch = TakeScratch(out_bytes);
+      std::memcpy(static_cast<uint8_t*>(scratch->data()) + in_at, reinterpret_cast<const void*>(send), in_bytes);
+      cd::Status st = post(cd::BufferSpan(*scratch, in_at), cd::BufferSpan(*scratch, 0), &h);
+      if (!st.ok()) {
+        GiveScratch(std::move(scratch));
+        Check(st);
+      }
+    }
+    auto* ph = new PyHandle(std::move(h), false);
+    auto shared = std::make_shared<std::unique_ptr<cd::Buffer>>(std::move(scratch));
+    ph->SetFinish([this, shared, recv, out_bytes] {
+      std::memcpy(reinterpret_cast<void*>(recv), (*shared)->data(), out_bytes);
+      GiveScratch(std::move(*shared));
+    });
+    return ph;
+  }
+
+  std::unique_ptr<cd::Buffer> TakeScratch(uint64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = scratch_.begin(); it != scratch_.end(); ++it) {
+        if ((*it)->size() >= bytes) {
+          auto b = std::move(*it);
+          scratch_.erase(it);
+          return b;
+        }
+      }
+    }
+    uint64_t size = 4096;
+    while (size < bytes) size *= 2;
+    auto b = std::make_unique<cd::Buffer>();
+    Check(client_->AllocBuffer(size, b.get()));
+    return b;
+  }
+  void GiveScratch(std::unique_ptr<cd::Buffer> b) {
+    if (b == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scratch_.size() < 16) scratch_.push_back(std::move(b));
+  }
+
+  std::shared_ptr<cd::Client> client_;
+  std::unique_ptr<cd::Communicator> comm_;
+  int device_;
+  std::mutex mu_;
+  std::map<uintptr_t, std::pair<uint64_t, std::weak_ptr<cd::Buffer>>> spans_;  // host buffers by address
+  std::vector<std::unique_ptr<cd::Buffer>> scratch_;
+};
+
+class PyClient {
+ public:
+  PyClient(const std::string& socket, const std::string& name, int rpc_timeout_ms) {
+    std::unique_ptr<cd::Client> c;
+    {
+      nb::gil_scoped_release unlocked;
+      Check(cd::Client::Connect({.socket_path = socket, .client_name = name, .rpc_timeout_ms = rpc_timeout_ms}, &c));
+    }
+    client_ = std::move(c);
+  }
+  nb::dict Version() {
+    cd::VersionInfo v;
+    {
+      nb::gil_scoped_release unlocked;
+      Check(client_->GetVersion(&v));
+    }
+    nb::dict d;
+    d["daemon_version"] = v.daemon_version;
+    d["api_major"] = v.api_major;
+    d["api_minor"] = v.api_minor;
+    d["backends"] = v.backends;
+    d["active_backend"] = v.active_backend;
+    d["capabilities"] = v.capabilities;
+    d["max_message_bytes"] = v.max_message_bytes;
+    return d;
+  }
+  PyComm* Communicator(const std::string& key, uint32_t world, uint32_t rank, int device, uint64_t heap_bytes,
+                       int mode, uint32_t op_timeout_ms, int join_timeout_ms) {
+    if (mode < 0 || mode > 2) Invalid("mode: unknown execution mode " + std::to_string(mode));
+    cd::CommunicatorOptions o;
+    o.key = key;
+    o.world_size = world;
+    o.rank = rank;
+    o.device = device;
+    o.gpu_heap_bytes = heap_bytes;
+    o.mode = static_cast<cd::ExecutionMode>(mode);
+    o.op_timeout_ms = op_timeout_ms;
+    o.join_timeout_ms = join_timeout_ms;
+    std::unique_ptr<cd::Communicator> comm;
+    {
+      nb::gil_scoped_release unlocked;
+      Check(client_->CreateCommunicator(o, &comm));
+    }
+    return new PyComm(client_, std::move(comm), device);
+  }
+  uint64_t session_id() const { return client_->session_id(); }
+
+ private:
+  std::shared_ptr<cd::Client> client_;
+};
+
+// (pointer, shape, strides in elements or None, (code, bits, lanes), device type, device id, readonly)
+// of anything nanobind imports: DLPack producers and the buffer protocol.
+nb::tuple Describe(nb::handle obj, bool writable) {
+  nb::ndarray<nb::ro> a;
+  try {
+    a = nb::cast<nb::ndarray<nb::ro>>(obj, /*convert=*/false);
+  } catch (const nb::cast_error&) {
+    Invalid("not an array: " + std::string(nb::type_name(obj.type()).c_str()) +
+            " has neither __dlpack__, the buffer protocol nor __cuda_array_interface__");
+  }
+  bool readonly = false;
+  if (writable) {
+    try {
+      (void)nb::cast<nb::ndarray<>>(obj, false);
+    } catch (const nb::cast_error&) {
+      readonly = true;
+    }
+  }
+  std::vector<size_t> shape(a.ndim());
+  std::vector<int64_t> strides(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    shape[i] = a.shape(i);
+    strides[i] = a.stride(i);
+  }
+  const auto dt = a.dtype();
+  return nb::make_tuple(reinterpret_cast<uintptr_t>(a.data()), shape, strides,
+                        nb::make_tuple(int(dt.code), int(dt.bits), int(dt.lanes)), a.device_type(), a.device_id(),
+                        readonly);
+}
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "collectived's client library (internal: use the collectived package)";
+  nb::register_exception_translator(Translate);
+  m.attr("API_MAJOR") = cd::kApiMajor;
+  m.attr("API_MINOR") = cd::kApiMinor;
+
+  nb::class_<PyHandle>(m, "Handle")
+      .def("wait", &PyHandle::Wait, nb::arg("timeout_ms") = -1)
+      .def("wait_on", &PyHandle::WaitOn, nb::arg("stream"))
+      .def("done", &PyHandle::Done)
+      .def("status", &PyHandle::Status)
+      .def_prop_ro("gpu", &PyHandle::gpu)
+      .def_prop_ro("op_index", &PyHandle::op_index);
+
+  nb::class_<PyComm>(m, "Communicator")
+      .def("alloc", &PyComm::Alloc, nb::arg("shape"), nb::arg("dtype"), nb::arg("numpy"))
+      .def("all_reduce", &PyComm::AllReduce, nb::rv_policy::take_ownership)
+      .def("all_gather", &PyComm::AllGather, nb::rv_policy::take_ownership)
+      .def("zero_copy", &PyComm::ZeroCopy)
+      .def("async_error", &PyComm::AsyncError)
+      .def("abort", &PyComm::Abort)
+      .def("destroy", &PyComm::Destroy)
+      .def_prop_ro("on_gpu", &PyComm::on_gpu)
+      .def_prop_ro("device", &PyComm::device)
+      .def_prop_ro("rank", [](PyComm& c) { return c.comm().rank(); })
+      .def_prop_ro("world_size", [](PyComm& c) { return c.comm().world_size(); })
+      .def_prop_ro("id", [](PyComm& c) { return c.comm().id(); })
+      .def_prop_ro("mode", [](PyComm& c) { return static_cast<int>(c.comm().mode()); })
+      .def_prop_ro("max_message_bytes", [](PyComm& c) { return c.comm().max_message_bytes(); });
+
+  nb::class_<PyClient>(m, "Client")
+      .def(nb::init<const std::string&, const std::string&, int>())
+      .def("version", &PyClient::Version)
+      .def("communicator", &PyClient::Communicator, nb::rv_policy::take_ownership)
+      .def_prop_ro("session_id", &PyClient::session_id);
+
+  m.def("describe", &Describe, nb::arg("obj"), nb::arg("writable"));
+}
