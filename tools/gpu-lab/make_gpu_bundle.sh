@@ -36,4 +36,10 @@ if [ -f "$out"/bin/libcollectived_nccl.so ]; then
 fi
 cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_host_bench.sh "$root"/tests/run_example.sh \
   "$root"/tests/stress/negative-controls.sh "$root"/bench/run_multinode_bench.sh "$out"/
+
+# The client library's headers and CMake package, for building the Python
+# package on the machine (python_device_batch.sh); its library is in lib/.
+for component in libcollectived-client libcollectived-dev; do
+  cmake --install "$root"/build --prefix "$out"/python-prefix --component "$component" > /dev/null
+done
 echo "bundle: $out ($(du -sh "$out" | cut -f1))"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 22 on the GPU machine: builds the Python package there against the
+# bundle's client library (python-prefix, packed by make_gpu_bundle.sh) for
+# the machine's own Python and torch, then runs tests/python (host tests and
+# the GPU tests: torch eager, CUDA graphs, torch.compile; 2 and 4 ranks under
+# a private MPS), the Python per-op bench (BENCH=1) and, in the same run, the
+# C++ client's figures through a daemon of the same build (collective-bench).
+#   bash gpu-bundle/python_device_batch.sh
+source "$(dirname "$0")/gpu_bundle_env.sh"
+bundle=$PWD
+repo=$(cd .. && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d || echo "MPS did not start"
+{
+  echo "## $(date -u +%FT%TZ) $(python3 --version) torch $(python3 -c 'import torch; print(torch.__version__)') nanobind $(python3 -c 'import nanobind; print(nanobind.__version__)')"
+  echo "## pip install ./python"
+  CMAKE_PREFIX_PATH=$bundle/python-prefix python3 -m pip install -q --no-build-isolation --no-deps \
+    --target "$work/site" "$repo/python" 2>&1 | tail -20
+  export PYTHONPATH=$work/site
+  export COLLECTIVED_DAEMON_BIN=$bundle/bin/collectived
+  export COLLECTIVED_DAEMON_ARGS="--backend cuda --max-message-bytes 16777216"
+  echo "## pytest tests/python"
+  (cd "$repo/tests/python" && timeout 420 python3 -m pytest -q -p no:cacheprovider -rs . 2>&1 | tail -40)
+  if [ -n "${BENCH:-}" ]; then
+    echo "## bench: Python"
+    (cd "$repo/tests/python" && COLLECTIVED_PY_BENCH=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider \
+      -k bench test_gpu.py 2>&1 | grep -E "BENCH|passed|failed|Error")
+    echo "## bench: the C++ client (collective-bench -M 1, one rank per process, same daemon flags)"
+    "$bundle/bin/collectived" --socket "$work/c.sock" $COLLECTIVED_DAEMON_ARGS --log-level warn > "$work/d.log" 2>&1 &
+    d=$!
+    for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
+    for np in 2 4; do
+      for z in 0 1; do
+        for g in 0 10; do
+          timeout 60 mpirun --oversubscribe --bind-to none -np $np -x LD_LIBRARY_PATH -x CUDA_MPS_PIPE_DIRECTORY \
+            -x CUDA_MPS_LOG_DIRECTORY "$bundle/bin/collective-bench" -D "$work/c.sock" -M 1 -z $z -k "c$np$z$g" \
+            -b 16K -e 16K -n 20 -w 5 -c 1 -G $g 2>&1 | grep -v "^# least" | sed "s/^/np=$np z=$z G=$g: /"
+        done
+      done
+    done
+    kill $d; wait $d
+  fi
+} 2>&1 | tee "$out/python.txt"
+echo quit | nvidia-cuda-mps-control
+rm -rf "$work"
