@@ -42,4 +42,5 @@ cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_ho
 for component in libcollectived-client libcollectived-dev; do
   cmake --install "$root"/build --prefix "$out"/python-prefix --component "$component" > /dev/null
 done
+strip --strip-debug "$out"/python-prefix/lib/*.so.*.*
 echo "bundle: $out ($(du -sh "$out" | cut -f1))"
