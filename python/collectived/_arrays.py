@@ -16,10 +16,7 @@ DTYPES = {"float32": 1, "float64": 2, "float16": 3, "bfloat16": 4, "int32": 5, "
 NAMES = {v: k for k, v in DTYPES.items()}
 ITEMSIZE = {1: 4, 2: 8, 3: 2, 4: 2, 5: 4, 6: 8, 7: 4}
 OPS = {"sum": 1, "prod": 2, "min": 3, "max": 4, "avg": 5}
-# (DLPack code, bits) -> DataType
-_DL = {(2, 32): 1, (2, 64): 2, (2, 16): 3, (4, 16): 4, (0, 32): 5, (0, 64): 6, (1, 32): 7}
 _TYPESTR = {"f4": 1, "f8": 2, "f2": 3, "i4": 5, "i8": 6, "u4": 7}
-_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
 _torch_dtypes: dict = {}
 
@@ -70,33 +67,8 @@ def describe(x: Any, what: str, writable: bool = False, as_dtype: Optional[int] 
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None and not hasattr(x, "__dlpack__"):
         return _describe_cai(x, cai, what, writable, as_dtype)
-    try:
-        ptr, shape, strides, (code, bits, lanes), dev_type, dev_id, readonly = _native.describe(x, writable)
-    except InvalidArgumentError as e:
-        raise InvalidArgumentError(f"{what}: {e.message}") from None
-    dtype = _DL.get((code, bits)) if lanes == 1 else None
-    if as_dtype is not None and lanes == 1 and bits == 8 * ITEMSIZE[as_dtype]:
-        dtype = as_dtype
-    if dtype is None:
-        kind = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}.get(code, f"DLPack code {code} of ")
-        lanes_s = f" x{lanes}" if lanes != 1 else ""
-        raise InvalidArgumentError(f"{what}: element type {kind}{bits}{lanes_s} is not supported "
-                                   f"(one of {', '.join(DTYPES)})")
-    if readonly:
-        raise InvalidArgumentError(f"{what}: the array is read-only")
-    if not _contiguous(shape, strides):
-        raise InvalidArgumentError(f"{what}: the array is not contiguous (strides {tuple(strides)} for shape "
-                                   f"{tuple(shape)}); pass a contiguous copy")
-    count = 1
-    for n in shape:
-        count *= n
-    if dev_type in (_DL_CPU, _DL_CUDA_HOST):
-        device, stream = -1, None
-    elif dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):
-        device, stream = dev_id, _framework_stream(mod, dev_id)
-    else:
-        raise InvalidArgumentError(f"{what}: DLPack device type {dev_type} is neither host memory nor CUDA")
-    return Array(ptr, count, dtype, device, stream, tuple(shape))
+    ptr, count, dtype, device, shape = _native.inspect(x, what, writable, as_dtype or 0)
+    return Array(ptr, count, dtype, device, _framework_stream(mod, device) if device >= 0 else None, shape)
 
 
 def _contiguous(shape, strides) -> bool:

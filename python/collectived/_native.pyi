@@ -45,4 +45,5 @@ class Client:
     @property
     def session_id(self) -> int: ...
 
-def describe(obj: Any, writable: bool) -> Tuple[int, List[int], List[int], Tuple[int, int, int], int, int, bool]: ...
+def inspect(obj: Any, what: str, writable: bool, as_dtype: int) -> Tuple[int, int, int, int, Tuple[int, ...]]:
+    """(pointer, elements, DataType, CUDA ordinal or -1, shape) of a DLPack or buffer-protocol array."""

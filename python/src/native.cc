@@ -373,34 +373,84 @@ class PyClient {
   std::shared_ptr<cd::Client> client_;
 };
 
-// (pointer, shape, strides in elements or None, (code, bits, lanes), device type, device id, readonly)
-// of anything nanobind imports: DLPack producers and the buffer protocol.
-nb::tuple Describe(nb::handle obj, bool writable) {
+// DataType of a DLPack type, kUnspecified when collectived has none.
+cd::DataType FromDl(const nb::dlpack::dtype& t) {
+  using nb::dlpack::dtype_code;
+  if (t.lanes != 1) return cd::DataType::kUnspecified;
+  switch (t.code) {
+    case uint8_t(dtype_code::Float):
+      return t.bits == 32 ? cd::DataType::kFloat32 : t.bits == 64 ? cd::DataType::kFloat64
+                          : t.bits == 16 ? cd::DataType::kFloat16 : cd::DataType::kUnspecified;
+    case uint8_t(dtype_code::Bfloat): return t.bits == 16 ? cd::DataType::kBFloat16 : cd::DataType::kUnspecified;
+    case uint8_t(dtype_code::Int):
+      return t.bits == 32 ? cd::DataType::kInt32 : t.bits == 64 ? cd::DataType::kInt64 : cd::DataType::kUnspecified;
+    case uint8_t(dtype_code::UInt): return t.bits == 32 ? cd::DataType::kUint32 : cd::DataType::kUnspecified;
+    default: return cd::DataType::kUnspecified;
+  }
+}
+
+std::string DlName(const nb::dlpack::dtype& t) {
+  static const char* kinds[] = {"int", "uint", "float", "code 3 of ", "bfloat", "complex", "bool"};
+  std::string n = t.code < 7 ? kinds[t.code] : "DLPack code " + std::to_string(t.code) + " of ";
+  n += std::to_string(t.bits);
+  if (t.lanes != 1) n += " x" + std::to_string(t.lanes);
+  return n;
+}
+
+// The hot path of an op's argument (collectived/_arrays.py): (pointer,
+// elements, DataType, device (-1: host memory), shape) of a DLPack or
+// buffer-protocol array, with every refusal raised as INVALID_ARGUMENT
+// naming `what`. `as_dtype` (0: none) reads the elements as that type when
+// the sizes match.
+nb::tuple Inspect(nb::handle obj, const char* what, bool writable, int as_dtype) {
+  const std::string w(what);
   nb::ndarray<nb::ro> a;
   try {
     a = nb::cast<nb::ndarray<nb::ro>>(obj, /*convert=*/false);
   } catch (const nb::cast_error&) {
-    Invalid("not an array: " + std::string(nb::type_name(obj.type()).c_str()) +
+    Invalid(w + ": not an array: " + std::string(nb::type_name(obj.type()).c_str()) +
             " has neither __dlpack__, the buffer protocol nor __cuda_array_interface__");
   }
-  bool readonly = false;
+  const auto dt = a.dtype();
+  cd::DataType d = FromDl(dt);
+  if (as_dtype != 0 && dt.lanes == 1 && dt.bits == 8 * cd::DataTypeSize(ToDataType(as_dtype))) {
+    d = static_cast<cd::DataType>(as_dtype);
+  }
+  if (d == cd::DataType::kUnspecified) {
+    Invalid(w + ": element type " + DlName(dt) +
+            " is not supported (one of float32, float64, float16, bfloat16, int32, int64, uint32)");
+  }
   if (writable) {
     try {
       (void)nb::cast<nb::ndarray<>>(obj, false);
     } catch (const nb::cast_error&) {
-      readonly = true;
+      Invalid(w + ": the array is read-only");
     }
   }
-  std::vector<size_t> shape(a.ndim());
-  std::vector<int64_t> strides(a.ndim());
-  for (size_t i = 0; i < a.ndim(); ++i) {
-    shape[i] = a.shape(i);
-    strides[i] = a.stride(i);
+  uint64_t count = 1;
+  int64_t expect = 1;
+  bool contiguous = true;
+  nb::list shape;
+  for (size_t i = 0; i < a.ndim(); ++i) shape.append(a.shape(i));
+  for (size_t k = a.ndim(); k-- > 0;) {
+    if (a.shape(k) != 1 && a.stride(k) != expect) contiguous = false;
+    expect *= static_cast<int64_t>(a.shape(k));
+    count *= a.shape(k);
   }
-  const auto dt = a.dtype();
-  return nb::make_tuple(reinterpret_cast<uintptr_t>(a.data()), shape, strides,
-                        nb::make_tuple(int(dt.code), int(dt.bits), int(dt.lanes)), a.device_type(), a.device_id(),
-                        readonly);
+  if (!contiguous) {
+    std::string st;
+    for (size_t i = 0; i < a.ndim(); ++i) st += (i ? ", " : "") + std::to_string(a.stride(i));
+    Invalid(w + ": the array is not contiguous (strides (" + st + ") in elements); pass a contiguous copy");
+  }
+  int device = -1;
+  const int t = a.device_type();
+  if (t == nb::device::cuda::value || t == nb::device::cuda_managed::value) {
+    device = a.device_id();
+  } else if (t != nb::device::cpu::value && t != nb::device::cuda_host::value) {
+    Invalid(w + ": DLPack device type " + std::to_string(t) + " is neither host memory nor CUDA");
+  }
+  return nb::make_tuple(reinterpret_cast<uintptr_t>(a.data()), count, static_cast<int>(d), device,
+                        nb::tuple(shape));
 }
 
 }  // namespace
@@ -441,5 +491,5 @@ NB_MODULE(_native, m) {
       .def("communicator", &PyClient::Communicator, nb::rv_policy::take_ownership)
       .def_prop_ro("session_id", &PyClient::session_id);
 
-  m.def("describe", &Describe, nb::arg("obj"), nb::arg("writable"));
+  m.def("inspect", &Inspect, nb::arg("obj"), nb::arg("what"), nb::arg("writable"), nb::arg("as_dtype"));
 }
