@@ -2,12 +2,15 @@
 //
 //   collectived_test_client --socket S --key K --world N --rank R
 //       [--mode client|daemon] [--scenario mixed|join-and-sleep]
-//       [--ops N] [--seed X] [--max-count C] [--window W] [--via-rpc 0|1]
+//       [--ops N] [--seed X] [--max-count C] [--window W] [--via-rpc 0|1] [--gpu 0|1]
 //
 // mixed: N seeded random ops (all-reduce every dtype x op, all-gather), odd
 //   sizes, in place and out of place, up to W in flight, each result checked
 //   exactly when it completes. Prints "rank R: N ops, W wrong, F failed".
 // join-and-sleep: joins, prints "joined", then sleeps (to be killed).
+// --gpu 1 (cuda builds): the mixed scenario on a GPU communicator of device
+//   0 (tests/stress/gpu_stress.h: heap and staged buffers, eager and
+//   graph-replayed), printing the same line; the GPU soak runs it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +24,9 @@
 #include "collectived/client.h"
 #include "tests/support/args.h"
 #include "tests/support/op_mix.h"
+#ifdef COLLECTIVED_TEST_CLIENT_GPU
+#include "tests/stress/gpu_stress.h"
+#endif
 
 using namespace collectived;
 using collectived::testing::Arg;
@@ -48,6 +54,33 @@ int main(int argc, char** argv) {
   const int window = std::stoi(Arg(argc, argv, "--window", "16"));
   const bool via_rpc = Arg(argc, argv, "--via-rpc", "0") == "1";
 
+  if (Arg(argc, argv, "--gpu", "0") == "1") {
+#ifdef COLLECTIVED_TEST_CLIENT_GPU
+    std::unique_ptr<Client> gc;
+    Status cs = Client::Connect({.socket_path = socket, .client_name = "test rank " + std::to_string(rank)}, &gc);
+    if (!cs.ok()) {
+      std::fprintf(stderr, "rank %u: connect: %s\n", rank, cs.ToString().c_str());
+      return 2;
+    }
+    stress::GpuStressOptions o;
+    o.mode = mode == "daemon" ? ExecutionMode::kDaemon : ExecutionMode::kClient;
+    o.key = key;
+    o.rank = static_cast<int>(rank);
+    o.world = static_cast<int>(world);
+    o.max_ops = ops;
+    o.seed = seed;
+    o.max_count = max_count;
+    o.window = window;
+    o.skew_us = 0;
+    const stress::GpuTotals t = stress::RunGpuStress(*gc, o, [](double) { return true; });
+    std::printf("rank %u: %llu ops, %llu wrong, %llu failed\n", rank, (unsigned long long)(t.passed + t.failed),
+                (unsigned long long)t.wrong, (unsigned long long)t.failed);
+    return t.wrong == 0 && t.failed == 0 && t.passed == static_cast<uint64_t>(ops) ? 0 : 1;
+#else
+    std::fprintf(stderr, "collectived_test_client was built without CUDA: --gpu 1 is unavailable\n");
+    return 2;
+#endif
+  }
   std::unique_ptr<Client> client;
   Status s = Client::Connect({.socket_path = socket, .client_name = "test rank " + std::to_string(rank)}, &client);
   if (!s.ok()) {

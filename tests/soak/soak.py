@@ -18,6 +18,7 @@ again (a restart). Checked:
     its own it held idle at the start (gRPC's pool may keep up to
     --grpc-threads more), and its RSS grew by less than --rss-growth-mib.
   soak.py --daemon BIN --client BIN --minutes M --out DIR [--groups 2] [--world 4]
+          [--daemon-args "--backend cuda" --client-args "--gpu 1"]   (the GPU soak, ranks under MPS)
 Exits 0 when every check holds; DIR gets soak.csv, soak.txt and soak.png.
 """
 import argparse
@@ -79,7 +80,7 @@ class Soak:
         log = open(os.path.join(self.dir, "daemon.log"), "w")
         self.daemon = subprocess.Popen(
             [self.a.daemon, "--socket", self.socket, "--log-level", "warn", "--op-timeout-ms", "5000",
-             "--join-timeout-ms", "5000", "--max-message-bytes", "1048576"],
+             "--join-timeout-ms", "5000", "--max-message-bytes", "1048576"] + self.a.daemon_args.split(),
             stdout=log, stderr=subprocess.STDOUT)
         for _ in range(200):
             if os.path.exists(self.socket):
@@ -109,7 +110,8 @@ class Soak:
             logs.append(path)
             procs.append(subprocess.Popen(
                 [self.a.client, "--socket", self.socket, "--key", key, "--world", str(world), "--rank", str(r),
-                 "--mode", mode, "--ops", str(ops), "--seed", str(seed), "--max-count", "2048", "--window", "8"],
+                 "--mode", mode, "--ops", str(ops), "--seed", str(seed), "--max-count", "2048", "--window", "8"]
+                + self.a.client_args.split(),
                 stdout=open(path, "w"), stderr=subprocess.STDOUT))
         t_kill = None
         if kill:
@@ -157,7 +159,7 @@ class Soak:
             if procs[r].returncode == 0:
                 continue  # it finished every op before the kill mattered
             named = f"rank {victim} left" in out
-            joined_failed = "create communicator" in out
+            joined_failed = re.search(r"create (GPU )?communicator", out) is not None
             if not named and not joined_failed:
                 self.fail(f"{key} ({mode}, {kind}): rank {r} failed without naming rank {victim}: {out.strip()[:300]}")
 
@@ -250,6 +252,8 @@ def main():
     p.add_argument("--kill-fraction", type=float, default=0.5)
     p.add_argument("--mid-op-max-s", type=float, default=0.4)  # a mid-op kill comes 20 ms to this after the start
     p.add_argument("--kills", default="before-join,mid-op,mid-op")  # drawn from, per killed round
+    p.add_argument("--daemon-args", default="")  # e.g. "--backend cuda" for the GPU soak
+    p.add_argument("--client-args", default="")  # e.g. "--gpu 1": the test client's GPU communicators
     p.add_argument("--keep", action="store_true")  # keep the logs (daemon, every client) in OUT/logs
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
