@@ -253,6 +253,10 @@ class Registry {
   // Fails `key` (forming) here and on `nodes`; withdraws the local members.
   void FailKeyLocked(const std::string& key, const Status& status, const std::vector<uint32_t>& nodes,
                      uint32_t comm_tag, Deferred* after) COLLECTIVED_REQUIRES(mu_);
+  // `key` formed or failed: forgets the announcements of it here and
+  // withdraws this node's from the nodes outside `involved` (which learn of
+  // it no other way), so a later use of the key decides from fresh ones.
+  void ForgetKeyLocked(const std::string& key, const std::vector<uint32_t>& involved) COLLECTIVED_REQUIRES(mu_);
   // Tells the other nodes of `comm` (formed across nodes) that it failed here.
   void TellSpannedNodesLocked(const Comm& comm, const Status& status) COLLECTIVED_REQUIRES(mu_);
   // Aborts formed communicators across nodes matching `pred`; true if one matched.

@@ -159,8 +159,26 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
   ApplyFormLocked(form, after);
 }
 
+void Registry::ForgetKeyLocked(const std::string& key, const std::vector<uint32_t>& involved) {
+  announced_.erase(key);
+  cluster::ControlMessage m;
+  m.kind = cluster::ControlMessage::Kind::kAnnounce;
+  m.announce.key = key;
+  m.announce.world = 1;  // no ranks: a withdrawal
+  const std::string payload = cluster::EncodeControl(m);
+  for (uint32_t node = 0; node < membership_->size(); ++node) {
+    if (node != membership_->self() && std::find(involved.begin(), involved.end(), node) == involved.end()) {
+      transport_->SendControl(node, payload);
+    }
+  }
+}
+
 void Registry::ApplyFormLocked(const cluster::FormDecision& form, Deferred* after) {
   const uint32_t self = membership_->self();
+  // Every node of the plan forgets the key's announcements, not only the
+  // decider: a later use of the key with rank 0 here must not decide from
+  // them (cluster/model REUSE: a correct job failed "rank 0 joined twice").
+  ForgetKeyLocked(form.key, form.plan.nodes);
   auto kit = comm_by_key_.find(form.key);
   const auto pos = std::find(form.plan.nodes.begin(), form.plan.nodes.end(), self);
   Status bad = cluster::CheckPlan(form.plan, self);
@@ -242,7 +260,7 @@ void Registry::FailKeyLocked(const std::string& key, const Status& status, const
   for (uint32_t node : nodes) {
     if (node != self && node < membership_->size()) transport_->SendControl(node, payload);
   }
-  announced_.erase(key);
+  ForgetKeyLocked(key, nodes);
   auto kit = comm_by_key_.find(key);
   if (kit == comm_by_key_.end()) return;
   const uint64_t id = kit->second;

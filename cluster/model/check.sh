@@ -70,5 +70,9 @@ done
 run REJOIN_RACE finding -DN=3 -DK=2 -DREJOIN_RACE
 run FORMED_AFTER_LOSS finding -DFORMING -DN=3 -DFORMED_AFTER_LOSS
 run SLOW_PLAN finding -DFORMING -DN=3 -DSLOW_PLAN
+# REUSE: the code before ForgetKeyLocked (KEEP_ANNOUNCED) failed a key used
+# again whatever the timing; since, only when a node's announcement reaches a
+# node after the plan decided from it (two hops beat one): still a finding.
+run "REUSE, KEEP_ANNOUNCED (before)" unsafe -DFORMING -DN=3 -DREUSE -DKEEP_ANNOUNCED -DCRASHES=0 -DDUP=0 -DLEAVES=0
 run REUSE finding -DFORMING -DN=3 -DREUSE -DCRASHES=0 -DDUP=0 -DLEAVES=0
 exit $fail

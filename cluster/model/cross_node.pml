@@ -64,6 +64,7 @@
  *   SLOW_PLAN          (FORMING) a plan decided from the old incarnation's
  *                      announcement, still in flight when it restarted
  *   REUSE              (FORMING) a key formed, destroyed and joined again
+ *                      (safe since ForgetKeyLocked; -DKEEP_ANNOUNCED: the code before)
  *                      with rank 0 on another node: the other daemons still
  *                      hold the first round's announcements in announced_
  */
@@ -294,7 +295,16 @@ inline apply_form(n, tg, p) {
      fdl[n] = (PLAN_OF(p, 0) != 0 && lost[(n) * N]) || (PLAN_OF(p, 1) != 0 && lost[(n) * N + 1]) ||
               (N > 2 && PLAN_OF(p, 2) != 0 && lost[(n) * N + 2]);
 #endif
-     cm[n] = 0; annd[n] = 0
+     cm[n] = 0; annd[n] = 0;
+#ifndef KEEP_ANNOUNCED
+     /* ForgetKeyLocked: every node of the plan forgets the key's announcements
+      * (the nodes outside it get withdrawals; here every node holds a rank) */
+     m = 0;
+     do
+     :: m < N -> ann[(n) * N + m] = 0; m++
+     :: m >= N -> break
+     od
+#endif
   fi
 }
 
