@@ -63,6 +63,9 @@ rc=0
 (cd "$build" && ctest -L "$labels" -E "$exclude" --timeout 600 --output-on-failure -j "$(nproc)") \
   >"$build.ctest.log" 2>&1 || rc=1
 grep -E "tests passed|Failed|Timeout|\*\*\*" "$build.ctest.log" | tail -25
+# What a failing test said (gtest's failures, the soak's FAIL lines): CI
+# keeps only this script's output.
+[ "$rc" -eq 0 ] || grep -E "^FAIL:|Failure$|^\[  FAILED  \]|Expected|Which is|Value of" "$build.ctest.log" | head -40
 if [ "$kind" = asan ]; then
   bash "$src/tests/fuzz/run.sh" "$build" "$fuzz_seconds" || rc=1
 fi
