@@ -79,6 +79,8 @@ std::string EncodeControl(const ControlMessage& m) {
       w.U32(a.op_timeout_ms);
       w.U8(a.gpu ? 1 : 0);
       w.U64(a.gpu_heap_bytes);
+      w.U32(a.recv_id);
+      w.U64(a.epoch);
       w.Ranks(a.ranks);
       break;
     }
@@ -91,6 +93,8 @@ std::string EncodeControl(const ControlMessage& m) {
       w.U32(static_cast<uint32_t>(f.plan.nodes.size()));
       for (size_t i = 0; i < f.plan.nodes.size(); ++i) {
         w.U32(f.plan.nodes[i]);
+        w.U32(f.plan.recv_ids[i]);
+        w.U64(f.plan.epochs[i]);
         w.Ranks(f.plan.ranks[i]);
       }
       break;
@@ -117,7 +121,7 @@ Status DecodeControl(const std::string& bytes, ControlMessage* out) {
     uint8_t gpu = 0;
     what = "announcement";
     ok = r.Str(&a.key, kMaxKeyBytes) && r.U32(&a.world) && r.U32(&a.mode) && r.U32(&a.op_timeout_ms) &&
-         r.U8(&gpu) && gpu <= 1 && r.U64(&a.gpu_heap_bytes) && r.Ranks(&a.ranks) && !a.key.empty() &&
+         r.U8(&gpu) && gpu <= 1 && r.U64(&a.gpu_heap_bytes) && r.U32(&a.recv_id) && r.U64(&a.epoch) && r.Ranks(&a.ranks) && !a.key.empty() &&
          a.world >= 1 && a.world <= ring::kMaxRanks;
     for (uint32_t v : a.ranks) ok = ok && v < a.world;
     a.gpu = gpu == 1;
@@ -129,10 +133,13 @@ Status DecodeControl(const std::string& bytes, ControlMessage* out) {
     ok = r.Str(&f.key, kMaxKeyBytes) && r.U32(&f.mode) && r.U32(&f.plan.comm_tag) && r.U32(&f.plan.world) &&
          r.U32(&nodes) && nodes <= kMaxNodes && f.plan.world >= 1 && f.plan.world <= ring::kMaxRanks;
     for (uint32_t i = 0; ok && i < nodes; ++i) {
-      uint32_t node = 0;
+      uint32_t node = 0, recv_id = 0;
+      uint64_t epoch = 0;
       std::vector<uint32_t> ranks;
-      ok = r.U32(&node) && r.Ranks(&ranks);
+      ok = r.U32(&node) && r.U32(&recv_id) && r.U64(&epoch) && r.Ranks(&ranks);
       f.plan.nodes.push_back(node);
+      f.plan.recv_ids.push_back(recv_id);
+      f.plan.epochs.push_back(epoch);
       f.plan.ranks.push_back(std::move(ranks));
     }
   } else if (ok && kind == static_cast<uint8_t>(ControlMessage::Kind::kFailure)) {

@@ -24,6 +24,8 @@ struct JoinAnnounce {
   uint32_t op_timeout_ms = 0;
   bool gpu = false;
   uint64_t gpu_heap_bytes = 0;
+  uint32_t recv_id = 0;  // the id the sender's data tags carry (SpanningPlan::recv_ids)
+  uint64_t epoch = 0;    // the sender's incarnation
   std::vector<uint32_t> ranks;
 };
 

@@ -14,16 +14,20 @@ ControlMessage AFormDecision() {
   m.form.plan.world = 5;
   m.form.plan.nodes = {0, 2, 7};
   m.form.plan.ranks = {{1, 4}, {0}, {2, 3}};
+  m.form.plan.recv_ids = {5, 0xffffff, 1};
+  m.form.plan.epochs = {11, 22, 0x123456789abcdefULL};
   return m;
 }
 
 TEST(CommMessagesTest, EveryKindRoundTrips) {
   ControlMessage a;
   a.kind = ControlMessage::Kind::kAnnounce;
-  a.announce = {"key", 4, 0, 1500, false, 0, {1, 3}};
+  a.announce = {"key", 4, 0, 1500, false, 0, 77, 0xfedcba9876543210ULL, {1, 3}};
   ControlMessage out;
   ASSERT_TRUE(DecodeControl(EncodeControl(a), &out).ok());
   EXPECT_EQ(out.announce.key, "key");
+  EXPECT_EQ(out.announce.recv_id, 77u);
+  EXPECT_EQ(out.announce.epoch, 0xfedcba9876543210ULL);
   EXPECT_EQ(out.announce.world, 4u);
   EXPECT_EQ(out.announce.op_timeout_ms, 1500u);
   EXPECT_EQ(out.announce.ranks, (std::vector<uint32_t>{1, 3}));
@@ -32,6 +36,8 @@ TEST(CommMessagesTest, EveryKindRoundTrips) {
   EXPECT_EQ(out.form.plan.comm_tag, 0x1234u);
   EXPECT_EQ(out.form.plan.nodes, (std::vector<uint32_t>{0, 2, 7}));
   EXPECT_EQ(out.form.plan.ranks[2], (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ(out.form.plan.recv_ids, (std::vector<uint32_t>{5, 0xffffff, 1}));
+  EXPECT_EQ(out.form.plan.epochs, (std::vector<uint64_t>{11, 22, 0x123456789abcdefULL}));
   EXPECT_TRUE(CheckPlan(out.form.plan, 2).ok());
 
   ControlMessage f;
@@ -57,7 +63,7 @@ TEST(CommMessagesTest, EveryTruncationAndTrailingByteIsRefused) {
 TEST(CommMessagesTest, OutOfRangeValuesAreRefused) {
   ControlMessage a;
   a.kind = ControlMessage::Kind::kAnnounce;
-  a.announce = {"key", 4, 0, 0, false, 0, {4}};  // rank 4 of a world of 4
+  a.announce = {"key", 4, 0, 0, false, 0, 1, 1, {4}};  // rank 4 of a world of 4
   ControlMessage out;
   EXPECT_EQ(DecodeControl(EncodeControl(a), &out).code(), StatusCode::kInvalidArgument);
   a.announce.ranks = {0};
@@ -82,25 +88,51 @@ TEST(CommMessagesTest, PlansThatCannotBeRunAreRefused) {
   one.nodes = {0};
   one.ranks = {{0, 1, 2, 3, 4}};
   EXPECT_EQ(CheckPlan(one, 0).code(), StatusCode::kInvalidArgument);  // one node: not across nodes
+  SpanningPlan no_id = p;
+  no_id.recv_ids[1] = 0;
+  EXPECT_EQ(CheckPlan(no_id, 0).code(), StatusCode::kInvalidArgument);
+  no_id.recv_ids[1] = 1u << kRecvIdBits;
+  EXPECT_EQ(CheckPlan(no_id, 0).code(), StatusCode::kInvalidArgument);
+  SpanningPlan short_epochs = p;
+  short_epochs.epochs.pop_back();
+  EXPECT_EQ(CheckPlan(short_epochs, 0).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CommMessagesTest, DataTagsKeepTheirFieldsApart) {
-  const uint64_t t = DataTag(0xabcde, 0x1fff, 0x1ff, 0x1ff, 0x1ffff);
-  EXPECT_EQ(t >> 44, 0xabcdeu);
-  EXPECT_EQ((t >> 32) & 0xfff, 0xfffu);   // op index: its low 12 bits
+  const uint64_t t = DataTag(0x1abcdef, 0x1fff, 0x1ff, 0x1ff, 0x1ffff);
+  EXPECT_EQ(t >> 40, 0xabcdefu);        // receive id: 24 bits
+  EXPECT_EQ((t >> 32) & 0xff, 0xffu);   // op index: its low 8 bits
   EXPECT_EQ((t >> 24) & 0xff, 0xffu);
   EXPECT_EQ((t >> 16) & 0xff, 0xffu);
   EXPECT_EQ(t & 0xffff, 0xffffu);
   EXPECT_NE(DataTag(1, 5, 0, 0, 0), DataTag(1, 6, 0, 0, 0));
   EXPECT_NE(DataTag(1, 5, 0, 0, 0), DataTag(2, 5, 0, 0, 0));
-  ring::OpDescriptor a{};
-  a.kind = CollectiveKind::kAllReduce;
-  a.dtype = DataType::kFloat32;
-  a.reduce_op = ReduceOp::kSum;
-  a.count = 100;
-  ring::OpDescriptor b = a;
-  b.count = 200;
-  EXPECT_NE(DescriptorHash(a), DescriptorHash(b));  // the nodes' ops differ: their tags do
+}
+
+TEST(CommMessagesTest, EveryDescriptorTheNodesCouldDisagreeOnHasItsOwnCode) {
+  // Two nodes whose ops move the same bytes but differ in kind, type or
+  // reduce op must never match each other's parts (the old 8-bit hash mixed
+  // them once in 256). Every pair, exactly.
+  std::vector<ring::OpDescriptor> all;
+  for (auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather}) {
+    for (uint32_t t = 1; t <= static_cast<uint32_t>(DataType::kUint32); ++t) {
+      for (uint32_t o = 0; o <= static_cast<uint32_t>(ReduceOp::kAvg); ++o) {
+        ring::OpDescriptor d{};
+        d.kind = kind;
+        d.dtype = static_cast<DataType>(t);
+        d.reduce_op = static_cast<ReduceOp>(o);
+        d.count = 64;
+        all.push_back(d);
+      }
+    }
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_LT(DescriptorCode(all[i]), 256u);
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      EXPECT_NE(DescriptorCode(all[i]), DescriptorCode(all[j])) << i << " " << j;
+      EXPECT_NE(DataTag(9, 3, DescriptorCode(all[i]), 1, 0), DataTag(9, 3, DescriptorCode(all[j]), 1, 0));
+    }
+  }
 }
 
 }  // namespace

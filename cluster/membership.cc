@@ -26,6 +26,16 @@ bool Membership::Alive(uint32_t node) const {
   return node < nodes_.size() && nodes_[node].state == NodeState::kAlive;
 }
 
+bool Membership::AliveAt(uint32_t node, uint64_t epoch) const {
+  MutexLock lock(&mu_);
+  return node < nodes_.size() && nodes_[node].state == NodeState::kAlive && nodes_[node].info.epoch == epoch;
+}
+
+uint64_t Membership::SelfEpoch() const {
+  MutexLock lock(&mu_);
+  return nodes_[self_].info.epoch;
+}
+
 bool Membership::Heartbeat(uint32_t node, uint64_t epoch, int64_t now_ns) {
   MutexLock lock(&mu_);
   if (node >= nodes_.size() || node == self_) return false;
@@ -47,10 +57,19 @@ void Membership::MarkLost(uint32_t node, const std::string& reason, int64_t now_
 }
 
 bool Membership::Rejoin(const NodeInfo& info, int64_t now_ns) {
+  {
+    MutexLock lock(&mu_);
+    if (info.node_id >= nodes_.size() || info.node_id == self_ || nodes_[info.node_id].info.epoch == info.epoch) {
+      return false;
+    }
+  }
+  // The old incarnation first (nothing happens if it was seen lost already):
+  // cluster/model REJOIN_RACE, where it never was and a communicator over it
+  // waited out its deadline.
+  MarkLost(info.node_id, "restarted (a new incarnation) before it was seen lost", now_ns);
   MutexLock lock(&mu_);
-  if (info.node_id >= nodes_.size() || info.node_id == self_) return false;
   NodeStatus& n = nodes_[info.node_id];
-  if (n.info.epoch == info.epoch) return false;
+  if (n.info.epoch == info.epoch) return false;  // another Rejoin took it meanwhile
   n.info = info;
   n.state = NodeState::kAlive;
   n.last_heartbeat_ns = now_ns;

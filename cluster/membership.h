@@ -48,6 +48,9 @@ class Membership {
   size_t size() const { return size_; }
   std::vector<NodeStatus> Nodes() const COLLECTIVED_EXCLUDES(mu_);
   bool Alive(uint32_t node) const COLLECTIVED_EXCLUDES(mu_);
+  // Alive as incarnation `epoch` (this node: its own epoch).
+  bool AliveAt(uint32_t node, uint64_t epoch) const COLLECTIVED_EXCLUDES(mu_);
+  uint64_t SelfEpoch() const COLLECTIVED_EXCLUDES(mu_);
 
   // A heartbeat from `node` of `epoch` arrived: false (and ignored) for an
   // unknown node, another epoch, or a node already lost.
@@ -55,7 +58,11 @@ class Membership {
   void MarkLost(uint32_t node, const std::string& reason, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
   // A restarted daemon took `info.node_id` back as a new epoch: alive again,
   // heard from now. False (nothing changed) for this node itself, an unknown
-  // node or the epoch it already has.
+  // node or the epoch it already has. The old incarnation, if not yet seen
+  // lost (a restart faster than the transport's report or the heartbeat
+  // timeout), is lost first: `on_lost` runs for it before the new epoch is
+  // taken, so what spanned it fails at once instead of waiting out a
+  // deadline.
   bool Rejoin(const NodeInfo& info, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
   // Marks lost every node silent for longer than `timeout_ns` (counting from
   // `start_ns` for one never heard from).

@@ -83,5 +83,36 @@ TEST(MembershipTest, ARejoinIsANewEpoch) {
   EXPECT_FALSE(m.Rejoin(again, 12));  // never itself
 }
 
+TEST(MembershipTest, ARestartFasterThanItsLossLosesTheOldIncarnationFirst) {
+  // cluster/model REJOIN_RACE: the coordinator's word of a new incarnation
+  // came before this node saw the old one lost. The old one is lost first,
+  // with its reason, while the node still has its old epoch, so what
+  // spanned it fails at once.
+  std::vector<std::string> lost;
+  Membership* self = nullptr;
+  bool alive_as_old_when_lost = true;
+  Membership m(0, Three(), [&](uint32_t node, const std::string& why) {
+    lost.push_back(std::to_string(node) + ": " + why);
+    alive_as_old_when_lost = self->AliveAt(node, 101);
+  });
+  self = &m;
+  ASSERT_TRUE(m.AliveAt(1, 101));
+  NodeInfo again;
+  again.node_id = 1;
+  again.epoch = 201;
+  EXPECT_TRUE(m.Rejoin(again, 10));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_NE(lost[0].find("1: restarted"), std::string::npos) << lost[0];
+  EXPECT_FALSE(alive_as_old_when_lost);
+  EXPECT_TRUE(m.AliveAt(1, 201));
+  EXPECT_FALSE(m.AliveAt(1, 101));
+  // Seen lost already: no second report.
+  m.MarkLost(1, "transport: Connection reset by remote peer", 20);
+  again.epoch = 301;
+  EXPECT_TRUE(m.Rejoin(again, 30));
+  EXPECT_EQ(lost.size(), 2u);  // the MarkLost above, not the rejoin
+  EXPECT_EQ(m.SelfEpoch(), 100u);
+}
+
 }  // namespace
 }  // namespace collectived::cluster

@@ -10,20 +10,21 @@
 
 namespace collectived::cluster {
 
-uint64_t DataTag(uint32_t comm_tag, uint64_t op_index, uint32_t desc_hash, uint32_t step, uint32_t piece) {
-  // comm 20 | op 12 | descriptor 8 | step 8 | piece 16. Nodes are at most one
-  // op apart (an op ends on no node before every node sent its part), so 12
-  // bits of the op index tell neighbours apart.
-  return (uint64_t{comm_tag} & ((1u << kCommTagBits) - 1)) << 44 | (op_index & 0xfff) << 32 |
-         uint64_t{desc_hash & 0xff} << 24 | uint64_t{step & 0xff} << 16 | (piece & 0xffff);
+uint64_t DataTag(uint32_t recv_id, uint64_t op_index, uint32_t desc_code, uint32_t step, uint32_t piece) {
+  // Nodes are at most one op apart (an op ends on no node before every node
+  // sent its part, and a failed op ends the communicator), so 8 bits of the
+  // op index tell neighbours apart.
+  return (uint64_t{recv_id} & ((1u << kRecvIdBits) - 1)) << 40 | (op_index & 0xff) << 32 |
+         uint64_t{desc_code & 0xff} << 24 | uint64_t{step & 0xff} << 16 | (piece & 0xffff);
 }
 
-uint32_t DescriptorHash(const ring::OpDescriptor& d) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (uint64_t v : {uint64_t(d.kind), uint64_t(d.dtype), uint64_t(d.reduce_op), d.count}) {
-    h = (h ^ v) * 0x100000001b3ULL;
-  }
-  return static_cast<uint32_t>((h ^ (h >> 32)) & 0xff);
+uint32_t DescriptorCode(const ring::OpDescriptor& d) {
+  // kind 2 bits | type 3 | reduce op 3: every value exactly (a new one must widen this).
+  static_assert(static_cast<uint32_t>(CollectiveKind::kAllGather) < 4, "kind takes 2 bits of the tag");
+  static_assert(static_cast<uint32_t>(DataType::kUint32) < 8, "type takes 3 bits of the tag");
+  static_assert(static_cast<uint32_t>(ReduceOp::kAvg) < 8, "reduce op takes 3 bits of the tag");
+  return (static_cast<uint32_t>(d.kind) & 3) << 6 | (static_cast<uint32_t>(d.dtype) & 7) << 3 |
+         (static_cast<uint32_t>(d.reduce_op) & 7);
 }
 
 Status CheckPlan(const SpanningPlan& plan, uint32_t self) {
@@ -31,6 +32,12 @@ Status CheckPlan(const SpanningPlan& plan, uint32_t self) {
     return Status::InvalidArgument("a communicator across nodes needs 2 to 128 nodes, each with its ranks");
   }
   if (plan.comm_tag >= (1u << kCommTagBits)) return Status::InvalidArgument("communicator tag out of range");
+  if (plan.recv_ids.size() != plan.nodes.size() || plan.epochs.size() != plan.nodes.size()) {
+    return Status::InvalidArgument("a plan needs a receive id and an epoch per node");
+  }
+  for (uint32_t id : plan.recv_ids) {
+    if (id == 0 || id >= (1u << kRecvIdBits)) return Status::InvalidArgument("receive id out of range");
+  }
   std::vector<bool> seen(plan.world, false);
   uint32_t total = 0;
   bool has_self = false;
@@ -76,6 +83,15 @@ Status SpanningExchange::Create(UcxTransport* transport, uint32_t self, Spanning
     ex->first_slot_.push_back(slot);
     for (uint32_t r : ranks) ex->slot_of_[r] = slot++;
   }
+  // The longest transfer: a node's all-gather block (its ranks' messages).
+  uint64_t most_ranks = 0;
+  for (const auto& ranks : plan.ranks) most_ranks = std::max<uint64_t>(most_ranks, ranks.size());
+  if ((max_message_bytes * most_ranks + kPieceBytes - 1) / kPieceBytes > kMaxPieces) {
+    return Status::InvalidArgument("max_message_bytes " + std::to_string(max_message_bytes) + " times " +
+                                   std::to_string(most_ranks) + " ranks on a node is more than " +
+                                   std::to_string(kMaxPieces) + " pieces of " + std::to_string(kPieceBytes) +
+                                   " bytes in one transfer between nodes");
+  }
   const uint64_t page = 4096;
   const uint64_t staging = (max_message_bytes * plan.world + page - 1) / page * page;
   const uint64_t scratch =
@@ -112,7 +128,7 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
   uint8_t* work = only_out && out != nullptr ? out : memory_->staging;
   if (work == out) out = nullptr;
   const int64_t start = ring::NowNs();
-  const uint64_t tag_base = DataTag(plan_.comm_tag, index, DescriptorHash(d), 0, 0);
+  const uint64_t tag_base = DataTag(0, index, DescriptorCode(d), 0, 0);
   Status s;
   if (d.count == 0) {
     s = Status::Ok();
@@ -143,11 +159,11 @@ struct Pieces {
   uint64_t end(uint32_t p) const { return std::min(count, (p + 1) * per_piece); }
 };
 
-uint64_t With(uint64_t tag_base, uint32_t step, uint32_t piece) {
-  return tag_base | uint64_t{step & 0xff} << 16 | (piece & 0xffff);
-}
-
 }  // namespace
+
+uint64_t SpanningExchange::To(uint32_t entry, uint64_t op_tag, uint32_t step, uint32_t piece) const {
+  return op_tag | DataTag(plan_.recv_ids[entry], 0, 0, step, piece);
+}
 
 Status SpanningExchange::Abandon(std::vector<std::unique_ptr<Transfer>>* transfers, const Status& why) {
   // The last one was never posted; the others may be in flight: cancel them
@@ -176,13 +192,13 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
       if (k == self) continue;
       transfers.push_back(std::make_unique<Transfer>());
       piece_of.push_back(p);
-      Status posted = transport_->PostRecv(plan_.nodes[k], With(tag_base, k, p),
+      Status posted = transport_->PostRecv(plan_.nodes[k], From(tag_base, k, p),
                                            memory_->scratch + uint64_t{k < self ? k : k - 1} * bytes + off, len,
                                            transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
       transfers.push_back(std::make_unique<Transfer>());
       piece_of.push_back(p);
-      Status sent = transport_->PostSend(plan_.nodes[k], With(tag_base, self, p), own + off, len,
+      Status sent = transport_->PostSend(plan_.nodes[k], To(k, tag_base, self, p), own + off, len,
                                          transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(len);
@@ -240,7 +256,7 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
       transfers.push_back(std::make_unique<Transfer>());
       recv_piece.push_back(p);
       uint8_t* dst = (reduce ? scratch : staging + rb * esize) + rp.begin(p) * esize;
-      Status posted = transport_->PostRecv(prev, With(tag_base, t, p), dst, (rp.end(p) - rp.begin(p)) * esize,
+      Status posted = transport_->PostRecv(prev, From(tag_base, t, p), dst, (rp.end(p) - rp.begin(p)) * esize,
                                            transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
     }
@@ -249,7 +265,7 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
       const uint64_t len = (sp.end(p) - sp.begin(p)) * esize;
       transfers.push_back(std::make_unique<Transfer>());
       recv_piece.push_back(-1);
-      Status sent = transport_->PostSend(next, With(tag_base, t, p), from + (sb + sp.begin(p)) * esize, len,
+      Status sent = transport_->PostSend(next, To((self + 1) % n, tag_base, t, p), from + (sb + sp.begin(p)) * esize, len,
                                          transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(len);
@@ -287,7 +303,7 @@ Status SpanningExchange::AllGather(uint64_t tag_base, const ring::OpDescriptor& 
     const Pieces p(len, 1);
     for (uint32_t i = 0; i < p.n; ++i) {
       transfers.push_back(std::make_unique<Transfer>());
-      Status posted = transport_->PostRecv(plan_.nodes[k], With(tag_base, k, i), dst + p.begin(i),
+      Status posted = transport_->PostRecv(plan_.nodes[k], From(tag_base, k, i), dst + p.begin(i),
                                            p.end(i) - p.begin(i), transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
     }
@@ -299,7 +315,7 @@ Status SpanningExchange::AllGather(uint64_t tag_base, const ring::OpDescriptor& 
     if (k == self) continue;
     for (uint32_t i = 0; i < p.n; ++i) {
       transfers.push_back(std::make_unique<Transfer>());
-      Status sent = transport_->PostSend(plan_.nodes[k], With(tag_base, self, i), own + p.begin(i),
+      Status sent = transport_->PostSend(plan_.nodes[k], To(k, tag_base, self, i), own + p.begin(i),
                                          p.end(i) - p.begin(i), transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(p.end(i) - p.begin(i));

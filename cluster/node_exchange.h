@@ -11,10 +11,13 @@
 //   all-gather  every node sends its ranks' chunks to every other.
 // Transfers are split into pieces of kPieceBytes; a piece is reduced as soon
 // as it arrived (and left), while the next ones are on the wire.
-// Messages are tagged with (communicator, op index, a hash of the
-// descriptor, step, piece): ops never match by arrival order, and nodes
-// whose ops differ fail (a length mismatch or the op deadline) instead of
-// mixing data.
+// Messages are tagged with (the receiver's id for the communicator, op
+// index, the descriptor's code, step, piece): ops never match by arrival
+// order, and nodes whose ops differ fail (a length mismatch or the op
+// deadline) instead of mixing data. The receiver chose its id when it
+// announced the key, unique among its communicators (Registry): a part
+// left in its transport's queue by a failed op of an ended communicator
+// (a receive cancelled before the part came) never matches a later one.
 #ifndef COLLECTIVED_CLUSTER_NODE_EXCHANGE_H_
 #define COLLECTIVED_CLUSTER_NODE_EXCHANGE_H_
 
@@ -31,19 +34,24 @@ namespace collectived::cluster {
 
 // Who holds which ranks of a communicator spanning nodes; the same on every node.
 struct SpanningPlan {
-  uint32_t comm_tag = 0;  // cluster-wide id while it lives (kCommTagBits)
+  uint32_t comm_tag = 0;  // cluster-wide id while it lives, in control messages (kCommTagBits)
   uint32_t world = 0;     // ranks on every node
   std::vector<uint32_t> nodes;               // ascending node ids
   std::vector<std::vector<uint32_t>> ranks;  // per entry of `nodes`: its global ranks, ascending
+  std::vector<uint32_t> recv_ids;            // per entry: the id its data tags carry (kRecvIdBits)
+  std::vector<uint64_t> epochs;              // per entry: the incarnation that announced its ranks
 };
 constexpr unsigned kCommTagBits = 20;
+constexpr unsigned kRecvIdBits = 24;
+constexpr uint32_t kMaxPieces = 1u << 16;  // per transfer (16 bits of the tag)
 
-// The data tag of (communicator, op, descriptor hash, step, piece).
-uint64_t DataTag(uint32_t comm_tag, uint64_t op_index, uint32_t desc_hash, uint32_t step, uint32_t piece);
-// 8 bits of the descriptor every node must agree on.
-uint32_t DescriptorHash(const ring::OpDescriptor& d);
+// The data tag: receiver's id 24 | op index 8 | descriptor code 8 | step 8 | piece 16.
+uint64_t DataTag(uint32_t recv_id, uint64_t op_index, uint32_t desc_code, uint32_t step, uint32_t piece);
+// The kind, type and reduce op every node must agree on, exactly, in 8 bits
+// (the count: each transfer's length is checked).
+uint32_t DescriptorCode(const ring::OpDescriptor& d);
 // INVALID_ARGUMENT unless `plan` names `self` once, every rank once, at
-// most 256 nodes (every rank in [0, world)).
+// most 256 nodes (every rank in [0, world)), an id and epoch per node.
 Status CheckPlan(const SpanningPlan& plan, uint32_t self);
 
 class SpanningExchange : public host::NodeExchange {
@@ -55,7 +63,9 @@ class SpanningExchange : public host::NodeExchange {
   static constexpr uint64_t kPieceBytes = 1 << 20;
 
   // `transport` outlives this. Staging and scratch are reserved (not
-  // touched) for messages of up to `max_message_bytes` per rank.
+  // touched) for messages of up to `max_message_bytes` per rank;
+  // INVALID_ARGUMENT when a transfer of such messages needs more than
+  // kMaxPieces pieces.
   static Status Create(UcxTransport* transport, uint32_t self, SpanningPlan plan, uint64_t max_message_bytes,
                        std::unique_ptr<SpanningExchange>* out);
   ~SpanningExchange() override;
@@ -81,6 +91,9 @@ class SpanningExchange : public host::NodeExchange {
   SpanningExchange() = default;
   // `work`: where partial and final elements go (staging, or `out` itself);
   // `out`, when set and not `work`, gets each final piece copied.
+  // `op_tag`: DataTag(0, index, code, 0, 0); To/From add the receiver's id.
+  uint64_t To(uint32_t entry, uint64_t op_tag, uint32_t step, uint32_t piece) const;
+  uint64_t From(uint64_t op_tag, uint32_t step, uint32_t piece) const { return To(self_index_, op_tag, step, piece); }
   Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* work,
                          uint8_t* out, const ring::WaitContext& ctx);
   Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* work,

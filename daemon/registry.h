@@ -263,6 +263,9 @@ class Registry {
   bool AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code, const std::string& why)
       COLLECTIVED_REQUIRES(mu_);
   uint32_t NextCommTagLocked() COLLECTIVED_REQUIRES(mu_);
+  // `comm`'s receive id, chosen on first use: none of this node's other
+  // communicators has it, and the counter repeats one only after 2^24.
+  uint32_t RecvIdLocked(Comm& comm) COLLECTIVED_REQUIRES(mu_);
 
   // gpu_registrations.cc.
   // RegisterGpuBuffer's work; on success takes *done (answered later through `after`).
@@ -321,6 +324,7 @@ class Registry {
   // Key -> node -> the ranks that joined there (other nodes' announcements).
   std::map<std::string, std::map<uint32_t, Announced>> announced_ COLLECTIVED_GUARDED_BY(mu_);
   uint32_t comm_tag_counter_ COLLECTIVED_GUARDED_BY(mu_) = 0;
+  uint32_t recv_id_counter_ COLLECTIVED_GUARDED_BY(mu_) = 0;
   uint64_t refused_control_ COLLECTIVED_GUARDED_BY(mu_) = 0;  // malformed or unexpected control messages
 };
 

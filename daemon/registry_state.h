@@ -112,6 +112,7 @@ struct Comm {
   // rank; once formed, by segment rank (this node's ranks, ascending).
   bool client_mode_asked = false;  // a member asked for client execution by name
   bool announced = false;          // other nodes were told about this key
+  uint32_t recv_id = 0;            // across nodes: the id this node's data tags carry (0: none yet)
   std::shared_ptr<cluster::SpanningExchange> exchange;  // set: formed across nodes
   uint32_t global_world = 0;       // across nodes: every node's ranks; else world_size
   // The stall inspector (stats.cc): the op some ranks posted and others not,

@@ -62,9 +62,10 @@ void Registry::AttachCluster(cluster::UcxTransport* transport, cluster::Membersh
   MutexLock lock(&mu_);
   transport_ = transport;
   membership_ = membership;
-  // Tags a restarted daemon hands out start elsewhere: a message still in
-  // flight for an old communicator never matches a new one.
+  // A restarted daemon's ids start elsewhere (its transport's queue is new;
+  // a plan decided from its old incarnation fails on the epoch).
   comm_tag_counter_ = static_cast<uint32_t>(std::random_device{}());
+  recv_id_counter_ = static_cast<uint32_t>(std::random_device{}());
 }
 
 bool Registry::ClusterActiveLocked() const { return transport_ != nullptr && membership_->size() > 1; }
@@ -75,6 +76,8 @@ void Registry::AnnounceLocked(Comm& comm) {
   cluster::ControlMessage m;
   m.kind = cluster::ControlMessage::Kind::kAnnounce;
   m.announce = AnnouncementOf(comm);
+  m.announce.recv_id = RecvIdLocked(comm);
+  m.announce.epoch = membership_->SelfEpoch();
   if (comm.formed) m.announce.ranks.clear();  // formed here alone: nothing to wait for
   const std::string payload = cluster::EncodeControl(m);
   for (uint32_t node = 0; node < membership_->size(); ++node) {
@@ -94,6 +97,17 @@ uint32_t Registry::NextCommTagLocked() {
   }
 }
 
+uint32_t Registry::RecvIdLocked(Comm& comm) {
+  if (comm.recv_id != 0) return comm.recv_id;
+  constexpr uint32_t kMask = (1u << cluster::kRecvIdBits) - 1;
+  for (;;) {
+    const uint32_t id = recv_id_counter_++ & kMask;
+    bool used = id == 0;
+    for (const auto& [cid, c] : comms_) used = used || c->recv_id == id;
+    if (!used) return comm.recv_id = id;
+  }
+}
+
 void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
   auto kit = comm_by_key_.find(key);
   if (kit == comm_by_key_.end()) return;
@@ -104,6 +118,7 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
   const uint32_t self = membership_->self();
   const cluster::JoinAnnounce mine = AnnouncementOf(comm);
   std::map<uint32_t, std::vector<uint32_t>> by_node{{self, mine.ranks}};
+  std::map<uint32_t, std::pair<uint32_t, uint64_t>> id_epoch{{self, {RecvIdLocked(comm), membership_->SelfEpoch()}}};
   std::vector<uint32_t> owner(comm.world_size, UINT32_MAX);
   for (uint32_t r : mine.ranks) owner[r] = self;
   std::vector<uint32_t> involved{self};
@@ -122,6 +137,7 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
       owner[r] = node;
     }
     by_node[node] = a.announce.ranks;
+    id_epoch[node] = {a.announce.recv_id, a.announce.epoch};
   }
   if (!conflict.empty()) {
     FailKeyLocked(key, Status::InvalidArgument("communicator '" + key + "' across nodes: " + conflict), involved, 0,
@@ -147,6 +163,8 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
     std::sort(ranks.begin(), ranks.end());
     form.plan.nodes.push_back(node);
     form.plan.ranks.push_back(ranks);
+    form.plan.recv_ids.push_back(id_epoch[node].first);
+    form.plan.epochs.push_back(id_epoch[node].second);
   }
   announced_.erase(ait);
   cluster::ControlMessage m;
@@ -192,6 +210,23 @@ void Registry::ApplyFormLocked(const cluster::FormDecision& form, Deferred* afte
     bad = Status::Aborted("ranks " + RankList(mine) + " of '" + form.key + "' were to form on node " +
                           std::to_string(self) + ", which has ranks " + RankList(AnnouncementOf(*comm).ranks) +
                           " waiting now (a member left meanwhile)");
+  }
+  if (bad.ok()) {
+    // A plan decided from an announcement of another Comm than this one (a
+    // member left and the key was joined again) or of another incarnation
+    // (cluster/model SLOW_PLAN, FORMED_AFTER_LOSS) fails here, at once,
+    // rather than at its first op's deadline.
+    const size_t at = pos - form.plan.nodes.begin();
+    if (form.plan.recv_ids[at] != RecvIdLocked(*comm) || form.plan.epochs[at] != membership_->SelfEpoch()) {
+      bad = Status::Aborted("the plan of '" + form.key + "' was decided from an earlier announcement of node " +
+                            std::to_string(self) + " (its members left and joined again, or it restarted)");
+    }
+    for (size_t i = 0; bad.ok() && i < form.plan.nodes.size(); ++i) {
+      if (i != at && !membership_->AliveAt(form.plan.nodes[i], form.plan.epochs[i])) {
+        bad = Status::Unavailable("node " + std::to_string(form.plan.nodes[i]) + " of the plan of '" + form.key +
+                                  "' was lost or restarted before the communicator formed");
+      }
+    }
   }
   std::unique_ptr<cluster::SpanningExchange> exchange;
   if (bad.ok()) {

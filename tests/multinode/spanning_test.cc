@@ -323,6 +323,26 @@ TEST(SpanningTest, DisagreementsAreStatusesNotData) {
     EXPECT_FALSE(s.ok());
     std::printf("ops differing between nodes: %s\n", s.ToString().c_str());
   }
+  // The same bytes, another type: 2 float64 against 8 bfloat16, a pair the
+  // old 8-bit descriptor hash gave the same tag, so both succeeded with the
+  // other's bits reduced as their own. Now every (kind, type, op) has its
+  // own code in the tag: both fail.
+  std::vector<Rank> typed = JoinAll(cluster, "differ-type", {0, 1}, ExecutionMode::kDefault, 1500);
+  for (const Rank& k : typed) ASSERT_TRUE(k.joined.ok()) << k.joined.ToString();
+  OnEveryRank(typed, [&](Rank& k) {
+    const DataType t = k.rank == 0 ? DataType::kFloat64 : DataType::kBFloat16;
+    const uint64_t count = k.rank == 0 ? 2 : 8;
+    Buffer b;
+    ASSERT_TRUE(k.client->AllocBuffer(16, &b).ok());
+    testing::FillInput(t, ReduceOp::kSum, k.rank, 5, b.data(), count);
+    Handle h;
+    got[k.rank] = k.comm->AllReduce(b, b, count, t, ReduceOp::kSum, &h);
+    if (got[k.rank].ok()) got[k.rank] = h.Wait();
+  });
+  for (const Status& s : got) {
+    EXPECT_FALSE(s.ok());
+    std::printf("types differing between nodes, same bytes: %s\n", s.ToString().c_str());
+  }
 }
 
 // A key used again at once with its ranks on other nodes, rank 0 elsewhere
