@@ -31,18 +31,27 @@ def main():
             z = comm.alloc(n, "float32")
             z[:] = 1
             s = np.ones(n, np.float32)
-            for label, x in (("zero-copy", z), ("staged", s)):
+            # mpi4py's Allreduce of the same bytes, timed the same way: this
+            # machine's state during the run (2 vCPUs here swing every
+            # figure, MPI's too, by up to 3x between runs: bench/RESULTS.md).
+            m = np.ones(n, np.float32)
+            mo = np.empty_like(m)
+            for label, x in (("zero-copy", z), ("staged", s), ("mpi4py", m)):
                 t = np.zeros(a.iters)
                 for i in range(a.warmup + a.iters):
                     w.Barrier()
                     t0 = time.perf_counter()
-                    comm.all_reduce(x).wait()
+                    if x is m:
+                        w.Allreduce(m, mo, op=MPI.SUM)
+                    else:
+                        comm.all_reduce(x).wait()
                     if i >= a.warmup:
                         t[i - a.warmup] = (time.perf_counter() - t0) * 1e6
                 slowest = np.empty_like(t)
                 w.Allreduce(t, slowest, op=MPI.MAX)
                 if w.rank == 0:
-                    print(f"python {label:<10} {a.mode}-executed  median {np.median(slowest):6.1f} us  "
+                    what = "mpi4py Allreduce         " if x is m else f"python {label:<10} {a.mode}-executed"
+                    print(f"{what}  median {np.median(slowest):6.1f} us  "
                           f"({w.size} ranks, {a.bytes} bytes, slowest rank's post+wait)", flush=True)
 
 

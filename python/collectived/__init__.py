@@ -121,6 +121,7 @@ class Communicator:
 
     def __init__(self, native: _native.Communicator) -> None:
         self._c = native
+        self._host = not native.on_gpu
         self._destroyed = False
 
     rank = property(lambda self: self._c.rank, doc="This member's rank.")
@@ -162,7 +163,12 @@ class Communicator:
         opc = OPS.get(op) if isinstance(op, str) else None
         if opc is None:
             raise InvalidArgumentError(f"op: {op!r} is not one of {', '.join(OPS)}")
-        a = self._arg(x, "x", False, dtype)
+        if (self._host and dtype is None and stream is None and type(x).__module__ == "numpy"
+                and (out is None or type(out).__module__ == "numpy")):
+            # The common host case in one call to the extension (the same
+            # checks and messages as below): about 1 us less per op.
+            return Handle(self._c.all_reduce_arrays(x, out, opc), None, (x, out), x if out is None else out)
+        a = self._arg(x, "x", out is None or out is x, dtype)
         o = a if out is None or out is x else self._arg(out, "out", True, dtype)
         if o.count != a.count:
             raise InvalidArgumentError(f"out: {o.count} elements where x has {a.count}")

@@ -72,6 +72,99 @@ nb::dlpack::dtype DlType(cd::DataType d) {
   }
 }
 
+// DataType of a DLPack type, kUnspecified when collectived has none.
+cd::DataType FromDl(const nb::dlpack::dtype& t) {
+  using nb::dlpack::dtype_code;
+  if (t.lanes != 1) return cd::DataType::kUnspecified;
+  switch (t.code) {
+    case uint8_t(dtype_code::Float):
+      return t.bits == 32 ? cd::DataType::kFloat32 : t.bits == 64 ? cd::DataType::kFloat64
+                          : t.bits == 16 ? cd::DataType::kFloat16 : cd::DataType::kUnspecified;
+    case uint8_t(dtype_code::Bfloat): return t.bits == 16 ? cd::DataType::kBFloat16 : cd::DataType::kUnspecified;
+    case uint8_t(dtype_code::Int):
+      return t.bits == 32 ? cd::DataType::kInt32 : t.bits == 64 ? cd::DataType::kInt64 : cd::DataType::kUnspecified;
+    case uint8_t(dtype_code::UInt): return t.bits == 32 ? cd::DataType::kUint32 : cd::DataType::kUnspecified;
+    default: return cd::DataType::kUnspecified;
+  }
+}
+
+std::string DlName(const nb::dlpack::dtype& t) {
+  static const char* kinds[] = {"int", "uint", "float", "code 3 of ", "bfloat", "complex", "bool"};
+  std::string n = t.code < 7 ? kinds[t.code] : "DLPack code " + std::to_string(t.code) + " of ";
+  n += std::to_string(t.bits);
+  if (t.lanes != 1) n += " x" + std::to_string(t.lanes);
+  return n;
+}
+
+// An op's array: where its elements are, how many, their type, and the
+// device (-1: host memory); `array` keeps the view valid while it is used.
+struct ArrayView {
+  uintptr_t ptr;
+  uint64_t count;
+  cd::DataType dtype;
+  int device;
+  nb::ndarray<nb::ro> array;
+};
+
+// The hot path of an op's argument (collectived/_arrays.py): (pointer,
+// elements, DataType, device (-1: host memory), shape) of a DLPack or
+// buffer-protocol array, with every refusal raised as INVALID_ARGUMENT
+// naming `what`. `as_dtype` (0: none) reads the elements as that type when
+// the sizes match.
+ArrayView View(nb::handle obj, const std::string& w, bool writable, int as_dtype) {
+  nb::ndarray<nb::ro> a;
+  try {
+    a = nb::cast<nb::ndarray<nb::ro>>(obj, /*convert=*/false);
+  } catch (const nb::cast_error&) {
+    Invalid(w + ": not an array: " + std::string(nb::type_name(obj.type()).c_str()) +
+            " has neither __dlpack__, the buffer protocol nor __cuda_array_interface__");
+  }
+  const auto dt = a.dtype();
+  cd::DataType d = FromDl(dt);
+  if (as_dtype != 0 && dt.lanes == 1 && dt.bits == 8 * cd::DataTypeSize(ToDataType(as_dtype))) {
+    d = static_cast<cd::DataType>(as_dtype);
+  }
+  if (d == cd::DataType::kUnspecified) {
+    Invalid(w + ": element type " + DlName(dt) +
+            " is not supported (one of float32, float64, float16, bfloat16, int32, int64, uint32)");
+  }
+  if (writable) {
+    try {
+      (void)nb::cast<nb::ndarray<>>(obj, false);
+    } catch (const nb::cast_error&) {
+      Invalid(w + ": the array is read-only");
+    }
+  }
+  uint64_t count = 1;
+  int64_t expect = 1;
+  bool contiguous = true;
+  for (size_t k = a.ndim(); k-- > 0;) {
+    if (a.shape(k) != 1 && a.stride(k) != expect) contiguous = false;
+    expect *= static_cast<int64_t>(a.shape(k));
+    count *= a.shape(k);
+  }
+  if (!contiguous) {
+    std::string st;
+    for (size_t i = 0; i < a.ndim(); ++i) st += (i ? ", " : "") + std::to_string(a.stride(i));
+    Invalid(w + ": the array is not contiguous (strides (" + st + ") in elements); pass a contiguous copy");
+  }
+  int device = -1;
+  const int t = a.device_type();
+  if (t == nb::device::cuda::value || t == nb::device::cuda_managed::value) {
+    device = a.device_id();
+  } else if (t != nb::device::cpu::value && t != nb::device::cuda_host::value) {
+    Invalid(w + ": DLPack device type " + std::to_string(t) + " is neither host memory nor CUDA");
+  }
+  return ArrayView{reinterpret_cast<uintptr_t>(a.data()), count, d, device, std::move(a)};
+}
+
+nb::tuple Inspect(nb::handle obj, const char* what, bool writable, int as_dtype) {
+  const ArrayView v = View(obj, what, writable, as_dtype);
+  nb::list shape;
+  for (size_t i = 0; i < v.array.ndim(); ++i) shape.append(v.array.shape(i));
+  return nb::make_tuple(v.ptr, v.count, static_cast<int>(v.dtype), v.device, nb::tuple(shape));
+}
+
 // A daemon buffer shared by the arrays over it and the registry of spans.
 using SharedBuffer = std::shared_ptr<cd::Buffer>;
 
@@ -191,6 +284,26 @@ class PyComm {
     });
   }
 
+  // A host communicator's all-reduce of arrays (NumPy, the buffer protocol,
+  // DLPack on the host) in one call: what collectived.Communicator.all_reduce
+  // checks in Python for every other array, with the same messages. `out`
+  // None: in place (x is written, so it must be writable).
+  PyHandle* AllReduceArrays(nb::handle x, nb::handle out, int op) {
+    const bool in_place = out.is_none() || out.is(x);
+    const ArrayView a = View(x, "x", in_place, 0);
+    HostOnly(a, "x");
+    if (in_place) return AllReduce(a.ptr, a.ptr, a.count, static_cast<int>(a.dtype), op, 0);
+    const ArrayView o = View(out, "out", true, 0);
+    HostOnly(o, "out");
+    if (o.count != a.count) {
+      Invalid("out: " + std::to_string(o.count) + " elements where x has " + std::to_string(a.count));
+    }
+    if (o.dtype != a.dtype) {
+      Invalid(std::string("out: type ") + cd::DataTypeName(o.dtype) + " where x is " + cd::DataTypeName(a.dtype));
+    }
+    return AllReduce(a.ptr, o.ptr, a.count, static_cast<int>(a.dtype), op, 0);
+  }
+
   PyHandle* AllGather(uintptr_t send, uintptr_t recv, uint64_t count, int dtype, uintptr_t stream) {
     const cd::DataType d = ToDataType(dtype);
     cd::Handle h;
@@ -208,6 +321,12 @@ class PyComm {
   }
 
   bool on_gpu() const { return comm_->on_gpu(); }
+  void HostOnly(const ArrayView& v, const char* what) const {
+    if (on_gpu()) Invalid(std::string(what) + ": arrays of a GPU communicator go through its stream");
+    if (v.device >= 0) {
+      Invalid(std::string(what) + ": GPU memory (device " + std::to_string(v.device) + ") given to a host communicator");
+    }
+  }
   bool ZeroCopy(uintptr_t p, uint64_t bytes) {
     if (on_gpu()) return comm_->ZeroCopy(reinterpret_cast<const void*>(p), bytes);
     uint64_t off = 0;
@@ -373,86 +492,6 @@ class PyClient {
   std::shared_ptr<cd::Client> client_;
 };
 
-// DataType of a DLPack type, kUnspecified when collectived has none.
-cd::DataType FromDl(const nb::dlpack::dtype& t) {
-  using nb::dlpack::dtype_code;
-  if (t.lanes != 1) return cd::DataType::kUnspecified;
-  switch (t.code) {
-    case uint8_t(dtype_code::Float):
-      return t.bits == 32 ? cd::DataType::kFloat32 : t.bits == 64 ? cd::DataType::kFloat64
-                          : t.bits == 16 ? cd::DataType::kFloat16 : cd::DataType::kUnspecified;
-    case uint8_t(dtype_code::Bfloat): return t.bits == 16 ? cd::DataType::kBFloat16 : cd::DataType::kUnspecified;
-    case uint8_t(dtype_code::Int):
-      return t.bits == 32 ? cd::DataType::kInt32 : t.bits == 64 ? cd::DataType::kInt64 : cd::DataType::kUnspecified;
-    case uint8_t(dtype_code::UInt): return t.bits == 32 ? cd::DataType::kUint32 : cd::DataType::kUnspecified;
-    default: return cd::DataType::kUnspecified;
-  }
-}
-
-std::string DlName(const nb::dlpack::dtype& t) {
-  static const char* kinds[] = {"int", "uint", "float", "code 3 of ", "bfloat", "complex", "bool"};
-  std::string n = t.code < 7 ? kinds[t.code] : "DLPack code " + std::to_string(t.code) + " of ";
-  n += std::to_string(t.bits);
-  if (t.lanes != 1) n += " x" + std::to_string(t.lanes);
-  return n;
-}
-
-// The hot path of an op's argument (collectived/_arrays.py): (pointer,
-// elements, DataType, device (-1: host memory), shape) of a DLPack or
-// buffer-protocol array, with every refusal raised as INVALID_ARGUMENT
-// naming `what`. `as_dtype` (0: none) reads the elements as that type when
-// the sizes match.
-nb::tuple Inspect(nb::handle obj, const char* what, bool writable, int as_dtype) {
-  const std::string w(what);
-  nb::ndarray<nb::ro> a;
-  try {
-    a = nb::cast<nb::ndarray<nb::ro>>(obj, /*convert=*/false);
-  } catch (const nb::cast_error&) {
-    Invalid(w + ": not an array: " + std::string(nb::type_name(obj.type()).c_str()) +
-            " has neither __dlpack__, the buffer protocol nor __cuda_array_interface__");
-  }
-  const auto dt = a.dtype();
-  cd::DataType d = FromDl(dt);
-  if (as_dtype != 0 && dt.lanes == 1 && dt.bits == 8 * cd::DataTypeSize(ToDataType(as_dtype))) {
-    d = static_cast<cd::DataType>(as_dtype);
-  }
-  if (d == cd::DataType::kUnspecified) {
-    Invalid(w + ": element type " + DlName(dt) +
-            " is not supported (one of float32, float64, float16, bfloat16, int32, int64, uint32)");
-  }
-  if (writable) {
-    try {
-      (void)nb::cast<nb::ndarray<>>(obj, false);
-    } catch (const nb::cast_error&) {
-      Invalid(w + ": the array is read-only");
-    }
-  }
-  uint64_t count = 1;
-  int64_t expect = 1;
-  bool contiguous = true;
-  nb::list shape;
-  for (size_t i = 0; i < a.ndim(); ++i) shape.append(a.shape(i));
-  for (size_t k = a.ndim(); k-- > 0;) {
-    if (a.shape(k) != 1 && a.stride(k) != expect) contiguous = false;
-    expect *= static_cast<int64_t>(a.shape(k));
-    count *= a.shape(k);
-  }
-  if (!contiguous) {
-    std::string st;
-    for (size_t i = 0; i < a.ndim(); ++i) st += (i ? ", " : "") + std::to_string(a.stride(i));
-    Invalid(w + ": the array is not contiguous (strides (" + st + ") in elements); pass a contiguous copy");
-  }
-  int device = -1;
-  const int t = a.device_type();
-  if (t == nb::device::cuda::value || t == nb::device::cuda_managed::value) {
-    device = a.device_id();
-  } else if (t != nb::device::cpu::value && t != nb::device::cuda_host::value) {
-    Invalid(w + ": DLPack device type " + std::to_string(t) + " is neither host memory nor CUDA");
-  }
-  return nb::make_tuple(reinterpret_cast<uintptr_t>(a.data()), count, static_cast<int>(d), device,
-                        nb::tuple(shape));
-}
-
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -472,6 +511,8 @@ NB_MODULE(_native, m) {
   nb::class_<PyComm>(m, "Communicator")
       .def("alloc", &PyComm::Alloc, nb::arg("shape"), nb::arg("dtype"), nb::arg("numpy"))
       .def("all_reduce", &PyComm::AllReduce, nb::rv_policy::take_ownership)
+      .def("all_reduce_arrays", &PyComm::AllReduceArrays, nb::arg("x"), nb::arg("out").none(), nb::arg("op"),
+           nb::rv_policy::take_ownership)
       .def("all_gather", &PyComm::AllGather, nb::rv_policy::take_ownership)
       .def("zero_copy", &PyComm::ZeroCopy)
       .def("async_error", &PyComm::AsyncError)

@@ -171,6 +171,10 @@ def test_bad_input_raises_the_right_error_and_loses_nothing(run_ranks):
         ro = np.ones(16, np.float32)
         ro.flags.writeable = False
         expect(collectived.InvalidArgumentError, ["out:", "read-only"], lambda: comm.all_reduce(x, out=ro))
+        # In place writes x: read-only is refused there too, on the one-call
+        # path (NumPy) and the general one (dtype= takes it).
+        expect(collectived.InvalidArgumentError, ["x:", "read-only"], lambda: comm.all_reduce(ro))
+        expect(collectived.InvalidArgumentError, ["x:", "read-only"], lambda: comm.all_reduce(ro, dtype="float32"))
         expect(collectived.InvalidArgumentError, ["stream:"], lambda: comm.all_reduce(x, stream=5))
         expect(collectived.InvalidArgumentError, ["dtype:"], lambda: comm.alloc(4, "int8"))
         # ValueError too: callers catch it as Python's own.
@@ -184,7 +188,7 @@ def test_bad_input_raises_the_right_error_and_loses_nothing(run_ranks):
         return seen
 
     for seen in run_ranks(2, body):
-        assert len(seen) == 13
+        assert len(seen) == 15
 
 
 def test_communicator_arguments_are_checked(daemon):
