@@ -123,10 +123,17 @@ byte suspects;
 #endif
 #define K2 1           /* ops of the communicator formed after the restart */
 #define NOPS(c) ((c) == 1 -> K : K2)
+/* The receive id node j chose for communicator c (Registry::RecvIdLocked),
+ * which the data tags to j carry (SpanningExchange::To/From): unique among
+ * j's communicators, so a survivor's second one has another id than its
+ * first. A restarted node's ids start at random and may repeat its old
+ * incarnation's: here they do (its new worker's queue is empty, and what was
+ * sent to the old one never arrives). TAG_REPEATS: the survivors' too (a
+ * counter wrapped after 2^24 communicators). */
 #ifdef TAG_REPEATS
-#define TAG(c) 1
+#define RID(j, c) 1
 #else
-#define TAG(c) (c)     /* NextCommTagLocked: a fresh tag per communicator */
+#define RID(j, c) ((c) == 2 && (j) != rx -> 2 : 1)
 #endif
 #define CAP (2 * (N - 1) * (K + K2))
 /* Per node: tag, op index, sender (the tag's step); ghost: which
@@ -143,7 +150,7 @@ bool c2formed;         /* a second communicator formed (after the restart) */
  * receive ever matches it again (in the code it stays in the unexpected
  * queue). Dropped, so that leftovers do not tell states apart; kept when the
  * tags repeat, where it is what goes wrong. */
-#define INERT(j, tg) (c1end[j] && (tg) == TAG(1) && TAG(1) != TAG(2))
+#define INERT(j, tg) (c1end[j] && (tg) == RID(j, 1) && RID(j, 1) != RID(j, 2))
 /* WaitAll's deadline (ctx.deadline_ns): DEADLINES times at any moment (a
  * node slower than the deadline, racing with its data), and at any time once
  * nothing else can move (it passes eventually). */
@@ -201,30 +208,40 @@ inline on_rejoin(o, x) {
 #ifndef LEAVES
 #define LEAVES 1
 #endif
-#define ANN 1          /* JoinAnnounce: a = the ranks joined there (0: none) */
+#define ANN 1          /* JoinAnnounce: a = the ranks joined there | receive id << 4 (0: none) */
 #define FORM 2         /* FormDecision: a = tag, b = the plan */
 #define FAIL 3         /* CommFailure: a = tag (0: still forming) */
 #define CAPC 10
-/* Per sender and receiver, in order: kind, a, b, the sender's epoch (header). */
-chan ctl[N * N] = [CAPC] of { byte, byte, short, byte };
-/* A plan: node m's ranks in bits 3m..3m+2. */
-#define PLAN_OF(p, m) (((p) >> (3 * (m))) & 7)
+/* Per sender and receiver, in order: kind, a, b, the sender's epoch (header;
+ * an announcement's epoch field is the same, Membership::SelfEpoch). */
+chan ctl[N * N] = [CAPC] of { byte, byte, int, byte };
+/* What a node announced, as announced_ keeps it and the plan carries it
+ * (JoinAnnounce; SpanningPlan ranks, epochs, recv_ids): its ranks in bits
+ * 0..2, its epoch - 1 in bit 3, its receive id in bits 4..6. A plan: node
+ * m's entry in bits 7m..7m+6. */
+#define ENTRY(ranks, ep, id) ((ranks) | (((ep) - 1) << 3) | ((id) << 4))
+#define RANKS(v) ((v) & 7)
+#define EP(v) ((((v) >> 3) & 1) + 1)
+#define ID(v) (((v) >> 4) & 7)
+#define AT(p, m) (((p) >> (7 * (m))) & 127)
+#define PLAN_OF(p, m) RANKS(AT(p, m))
 #define NODES(p) ((PLAN_OF(p, 0) != 0 -> 1 : 0) | (PLAN_OF(p, 1) != 0 -> 2 : 0) | (PLAN_OF(p, 2) != 0 -> 4 : 0))
 
 byte cm[N];            /* the members waiting at the node (a forming Comm) */
 byte jn[N];            /* ranks that joined there (this incarnation and round) */
 bool annd[N];          /* comm.announced */
-byte ann[N * N];       /* announced_[key] at n: src's ranks (0: no entry) */
+byte ann[N * N];       /* announced_[key] at n: src's ENTRY (0: no entry) */
+/* The receive id of the node's Comm of the key (Registry::RecvIdLocked): a
+ * counter, one more for each Comm (a Comm lives from its first join to its
+ * last member's leaving, or to its destruction once formed), so unique among
+ * the node's communicators; restarted at 0 with the node (a restarted
+ * daemon's counter starts at random: its ids may repeat the old
+ * incarnation's, told apart by the epoch). */
+byte rid[N];
 bool fd[N];            /* the node's part formed ... */
 byte ftag[N];          /* ... with this tag ... */
-short fpl[N];          /* ... and this plan ... */
+int fpl[N];            /* ... and this plan ... */
 bool fab[N];           /* ... and failed since (aborted) */
-/* Ghost: the part formed from a plan naming a node this one already saw lost
- * (its announcement reached the decider, not this node): ApplyFormLocked
- * checks no membership, and OnNodeLost ran before. Its first op fails
- * (PostSend: "not reachable (lost)"), or, once the node rejoined, waits out
- * the op deadline. FORMED_AFTER_LOSS checks such parts like the others. */
-bool fdl[N];
 byte ntag;             /* tags handed out (NextCommTagLocked: fresh) */
 bool dupj;             /* ghost: the duplicate joined */
 byte leaves;
@@ -252,7 +269,7 @@ inline announce(n) {
   annd[n] = 1;
   m = 0;
   do
-  :: m < N && m != n -> csend(n, m, ANN, cm[n], 0); m++
+  :: m < N && m != n -> csend(n, m, ANN, (cm[n] == 0 -> 0 : cm[n] | (rid[n] << 4)), 0); m++
   :: m < N && m == n -> m++
   :: m >= N -> break
   od
@@ -276,25 +293,40 @@ inline fail_key(n, nodes, tg) {
   cm[n] = 0
 }
 
+/* ApplyFormLocked's check of the plan's entry of node m at node n: its own
+ * entry has its Comm's receive id and its epoch; another node's, an
+ * incarnation alive here (Membership::AliveAt). PLAN_UNCHECKED: the code
+ * before, which checked neither; PLAN_EPOCHLESS: plans without epochs, each
+ * other node checked alive (Membership::Alive). */
+#ifdef PLAN_UNCHECKED
+#define ENTRY_OK(n, p, m) true
+#elif defined(PLAN_EPOCHLESS)
+#define ENTRY_OK(n, p, m) ((m) >= N || PLAN_OF(p, m) == 0 || \
+                           ((m) == (n) -> ID(AT(p, m)) == rid[n] : !lost[(n) * N + (m)]))
+#else
+#define ENTRY_OK(n, p, m) ((m) >= N || PLAN_OF(p, m) == 0 || \
+                           ((m) == (n) -> (ID(AT(p, m)) == rid[n] && EP(AT(p, m)) == epoch[n]) : \
+                                         (!lost[(n) * N + (m)] && vep[(n) * N + (m)] == EP(AT(p, m)))))
+#endif
+#define PLAN_OK(n, p) (ENTRY_OK(n, p, 0) && ENTRY_OK(n, p, 1) && ENTRY_OK(n, p, 2))
+
 /* Registry::ApplyFormLocked. */
 inline apply_form(n, tg, p) {
   mine = PLAN_OF(p, n);
-  /* CheckPlan; no members waiting; a member left meanwhile */
+  /* CheckPlan; no members waiting; a member left meanwhile; a plan decided
+   * from another Comm's or incarnation's announcement, or naming a node lost
+   * or restarted since: FailKeyLocked, to every node of the plan */
 #ifdef FORM_UNCHECKED
   if
-  :: mine == 0 || cm[n] == 0 || fd[n] -> fail_key(n, NODES(p), tg)
+  :: mine == 0 || cm[n] == 0 || fd[n] || !PLAN_OK(n, p) -> fail_key(n, NODES(p), tg)
 #else
   if
-  :: mine == 0 || cm[n] == 0 || fd[n] || cm[n] != mine -> fail_key(n, NODES(p), tg)
+  :: mine == 0 || cm[n] == 0 || fd[n] || cm[n] != mine || !PLAN_OK(n, p) -> fail_key(n, NODES(p), tg)
 #endif
   :: else ->
      /* (4) the node's part is exactly the ranks the plan gives it */
      assert(cm[n] == mine);
      fd[n] = 1; ftag[n] = tg; fpl[n] = p; fab[n] = 0;
-#ifndef FORMED_AFTER_LOSS
-     fdl[n] = (PLAN_OF(p, 0) != 0 && lost[(n) * N]) || (PLAN_OF(p, 1) != 0 && lost[(n) * N + 1]) ||
-              (N > 2 && PLAN_OF(p, 2) != 0 && lost[(n) * N + 2]);
-#endif
      cm[n] = 0; annd[n] = 0;
 #ifndef KEEP_ANNOUNCED
      /* ForgetKeyLocked: every node of the plan forgets the key's announcements
@@ -312,14 +344,14 @@ inline apply_form(n, tg, p) {
 inline try_decide(n) {
   if
   :: !fd[n] && (cm[n] & 1) && (ann[(n) * N] != 0 || ann[(n) * N + 1] != 0 || (N > 2 && ann[(n) * N + 2] != 0)) ->
-     u = cm[n]; conflict = 0; inv = 1 << n; p = cm[n] << (3 * n);
+     u = cm[n]; conflict = 0; inv = 1 << n; p = ENTRY(cm[n], epoch[n], rid[n]) << (7 * n);
      m = 0;
      do
      :: m < N && m != n && ann[(n) * N + m] != 0 ->
         inv = inv | (1 << m);
-        conflict = conflict || (u & ann[(n) * N + m]) != 0;
-        u = u | ann[(n) * N + m];
-        p = p | (ann[(n) * N + m] << (3 * m));
+        conflict = conflict || (u & RANKS(ann[(n) * N + m])) != 0;
+        u = u | RANKS(ann[(n) * N + m]);
+        p = p | (ann[(n) * N + m] << (7 * m));
         m++
      :: m < N && (m == n || ann[(n) * N + m] == 0) -> m++
      :: m >= N -> break
@@ -362,7 +394,7 @@ inline on_lost(o, x) {
 }
 
 inline on_rejoin(o, x) {
-  assert(ann[(o) * N + (x)] == 0 && !(fd[o] && !fab[o] && !fdl[o] && PLAN_OF(fpl[o], x) != 0))
+  assert(ann[(o) * N + (x)] == 0 && !(fd[o] && !fab[o] && PLAN_OF(fpl[o], x) != 0))
 }
 #endif
 
@@ -379,9 +411,19 @@ inline mark_lost(o, x) {
   on_lost(o, x)
 }
 
-/* o applies node 0's news that rx restarted (ApplyRejoins). */
+/* o applies node 0's news that rx restarted (ApplyRejoins,
+ * Membership::Rejoin): the old incarnation, if o has not seen it lost yet (a
+ * restart faster than o's loss detection), is lost first (MarkLost, on_lost),
+ * then the new epoch taken. REJOIN_SILENT: the code before, which took the
+ * new epoch without on_lost. */
 inline rejoin(o) {
   upd[o] = 0;
+#ifndef REJOIN_SILENT
+  if
+  :: !lost[(o) * N + rx] -> mark_lost(o, rx)
+  :: else
+  fi;
+#endif
   on_rejoin(o, rx);
   vep[(o) * N + rx] = epoch[rx];
   lost[(o) * N + rx] = 0
@@ -420,7 +462,7 @@ proctype Crasher() {
        :: m >= N -> break
        od;
 #ifdef FORMING
-       cm[x] = 0; jn[x] = 0; annd[x] = 0; fd[x] = 0; ftag[x] = 0; fpl[x] = 0; fab[x] = 0; fdl[x] = 0;
+       cm[x] = 0; jn[x] = 0; annd[x] = 0; rid[x] = 0; fd[x] = 0; ftag[x] = 0; fpl[x] = 0; fab[x] = 0;
        m = 0;
        do
        :: m < N ->
@@ -463,7 +505,7 @@ inline restart(x) {
   :: m >= N -> break
   od;
 #ifdef FORMING
-  cm[x] = 0; jn[x] = 0; annd[x] = 0; fd[x] = 0; ftag[x] = 0; fpl[x] = 0; fab[x] = 0; fdl[x] = 0;
+  cm[x] = 0; jn[x] = 0; annd[x] = 0; rid[x] = 0; fd[x] = 0; ftag[x] = 0; fpl[x] = 0; fab[x] = 0;
 #else
   do
   :: len(net[x]) > 0 -> net[x] ? _, _, _, _
@@ -486,9 +528,9 @@ inline restart(x) {
 /* Node j's part of op k is in n's inbox (matched by the full tag); UNKEYED:
  * any op's part from j (matched by sender, in whatever order it arrived). */
 #ifdef UNKEYED
-#define HAS(jj) ((jj) == n || (jj) >= N || net[n] ?? [eval(TAG(c)), mop, jj, mc])
+#define HAS(jj) ((jj) == n || (jj) >= N || net[n] ?? [eval(RID(n, c)), mop, jj, mc])
 #else
-#define HAS(jj) ((jj) == n || (jj) >= N || net[n] ?? [eval(TAG(c)), eval(k), jj, mc])
+#define HAS(jj) ((jj) == n || (jj) >= N || net[n] ?? [eval(RID(n, c)), eval(k), jj, mc])
 #endif
 #define ALL_HERE (HAS(0) && HAS(1) && HAS(2))
 
@@ -498,11 +540,11 @@ inline take(jj) {
   :: jj != n && jj < N ->
 #ifdef UNKEYED
      if
-     :: net[n] ?? [eval(TAG(c)), 0, jj, mc] -> net[n] ?? eval(TAG(c)), 0, jj, mc; mop = 0
-     :: K > 1 && net[n] ?? [eval(TAG(c)), 1, jj, mc] -> net[n] ?? eval(TAG(c)), 1, jj, mc; mop = 1
+     :: net[n] ?? [eval(RID(n, c)), 0, jj, mc] -> net[n] ?? eval(RID(n, c)), 0, jj, mc; mop = 0
+     :: K > 1 && net[n] ?? [eval(RID(n, c)), 1, jj, mc] -> net[n] ?? eval(RID(n, c)), 1, jj, mc; mop = 1
      fi;
 #else
-     net[n] ?? eval(TAG(c)), eval(k), jj, mc; mop = k;
+     net[n] ?? eval(RID(n, c)), eval(k), jj, mc; mop = k;
 #endif
      res = res | BIT(mc, mop, jj)
   :: else
@@ -541,10 +583,10 @@ end_idle:    c2formed && VIEWS_CURRENT(n)
                :: j < N && j != n ->
                   if
                   :: lost[n * N + j] -> goto failed   /* PostSend: "not reachable (lost)" */
-                  :: !lost[n * N + j] && !crashed[j] && vep[n * N + j] == epoch[j] && !INERT(j, TAG(c)) ->
+                  :: !lost[n * N + j] && !crashed[j] && vep[n * N + j] == epoch[j] && !INERT(j, RID(j, c)) ->
                      assert(len(net[j]) < CAP);
-                     net[j] !! TAG(c), k, n, c
-                  :: !lost[n * N + j] && !crashed[j] && vep[n * N + j] == epoch[j] && INERT(j, TAG(c))
+                     net[j] !! RID(j, c), k, n, c
+                  :: !lost[n * N + j] && !crashed[j] && vep[n * N + j] == epoch[j] && INERT(j, RID(j, c))
                   :: !lost[n * N + j] && (crashed[j] || vep[n * N + j] != epoch[j])   /* never arrives */
                   fi;
                   j++
@@ -577,7 +619,7 @@ failed:   ab[n * 2 + c - 1] = 1;   /* fail_hard / leader_failed: the segment abo
 next:     atomic {
             c1end[n] = c1end[n] || c == 1;
             do
-            :: INERT(n, TAG(1)) && net[n] ?? [eval(TAG(1)), mop, j, mc] -> net[n] ?? eval(TAG(1)), mop, j, mc
+            :: INERT(n, RID(n, 1)) && net[n] ?? [eval(RID(n, 1)), mop, j, mc] -> net[n] ?? eval(RID(n, 1)), mop, j, mc
             :: else -> break
             od;
             c++
@@ -619,6 +661,11 @@ init {
 
 /* Registry::JoinLocked (a key spanning nodes): announce, then try to decide. */
 inline join(n, r) {
+  if
+  :: cm[n] == 0 ->   /* a new Comm: RecvIdLocked, at its announcement */
+     assert(rid[n] < 7); rid[n]++
+  :: else
+  fi;
   jn[n] = jn[n] | (1 << (r));
   dupj = dupj || ((r) == DUPR && (n) == DUPN && round == 1);
   cm[n] = cm[n] | (1 << (r));
@@ -649,7 +696,7 @@ inline handle(n, src) {
      assert(e > gone[(n) * N + (src)]);
      if
      :: kind == ANN && a == 0 -> ann[(n) * N + (src)] = 0
-     :: kind == ANN && a != 0 -> ann[(n) * N + (src)] = a; try_decide(n)
+     :: kind == ANN && a != 0 -> ann[(n) * N + (src)] = a | ((e - 1) << 3); try_decide(n)
      :: kind == FORM && PLAN_OF(p, src) == 0 -> skip   /* only a node holding ranks decides */
      :: kind == FORM && PLAN_OF(p, src) != 0 -> q = p; apply_form(n, a, q)
      :: kind == FAIL && a != 0 && fd[n] && ftag[n] == a && PLAN_OF(fpl[n], src) != 0 -> fab[n] = 1
@@ -666,7 +713,7 @@ inline handle(n, src) {
 
 proctype FNode(byte n) {
   byte m, u, inv, tg, mine, kind, a, e, ev, r;
-  short p, q;
+  int p, q;
   bool conflict;
   do
   :: true ->
@@ -712,8 +759,9 @@ end_dead: atomic { RESTART_OK(n) -> restart(n) }
 
 /* A live part formed and not failed: every node of its plan has formed it
  * (same tag), alive and not failed. */
-#define PEER_OK(n, m) (PLAN_OF(fpl[n], m) == 0 || (!crashed[m] && fd[m] && !fab[m] && ftag[m] == ftag[n]))
-#define LIVE_OK(n) (crashed[n] || !fd[n] || fab[n] || fdl[n] || \
+#define PEER_OK(n, m) (PLAN_OF(fpl[n], m) == 0 || (!crashed[m] && fd[m] && !fab[m] && ftag[m] == ftag[n] && \
+                       ID(AT(fpl[n], m)) == rid[m] && EP(AT(fpl[n], m)) == epoch[m]))
+#define LIVE_OK(n) (crashed[n] || !fd[n] || fab[n] || \
                     (PEER_OK(n, 0) && PEER_OK(n, 1) && (N < 3 || PEER_OK(n, 2))))
 #define QUIET(n) (crashed[n] || cm[n] == 0)
 
@@ -735,7 +783,7 @@ end:
     round = 2;
     m = 0;
     do
-    :: m < N -> fd[m] = 0; ftag[m] = 0; fpl[m] = 0; fab[m] = 0; fdl[m] = 0; jn[m] = 0; m++
+    :: m < N -> fd[m] = 0; ftag[m] = 0; fpl[m] = 0; fab[m] = 0; jn[m] = 0; m++
     :: m >= N -> break
     od
   }
