@@ -177,6 +177,9 @@ void Registry::Housekeeping() {
       }
       kit = kit->second.empty() ? announced_.erase(kit) : std::next(kit);
     }
+    for (auto uit = used_announcements_.begin(); uit != used_announcements_.end();) {
+      uit = now - uit->second > keep_ns ? used_announcements_.erase(uit) : std::next(uit);
+    }
     // A session whose fd connection never came is a lease that never started.
     for (auto& [id, s] : sessions_) {
       if (!s->bound && now - s->attached_ns > 30'000'000'000LL) unbound.push_back(id);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/mutex.h"
@@ -325,6 +326,11 @@ class Registry {
   std::map<std::string, std::map<uint32_t, Announced>> announced_ COLLECTIVED_GUARDED_BY(mu_);
   uint32_t comm_tag_counter_ COLLECTIVED_GUARDED_BY(mu_) = 0;
   uint32_t recv_id_counter_ COLLECTIVED_GUARDED_BY(mu_) = 0;
+  // Announcements a plan or a failure here already used, as (node, epoch,
+  // receive id), with when: a copy arriving later (the plan's two hops beat
+  // its one) is dropped, not kept for the key's next use (cluster/model
+  // REUSE). Expired with announcements.
+  std::map<std::tuple<uint32_t, uint64_t, uint32_t>, int64_t> used_announcements_ COLLECTIVED_GUARDED_BY(mu_);
   uint64_t refused_control_ COLLECTIVED_GUARDED_BY(mu_) = 0;  // malformed or unexpected control messages
 };
 

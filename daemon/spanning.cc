@@ -140,6 +140,9 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
     id_epoch[node] = {a.announce.recv_id, a.announce.epoch};
   }
   if (!conflict.empty()) {
+    for (const auto& [node, a] : ait->second) {
+      used_announcements_[{node, a.announce.epoch, a.announce.recv_id}] = ring::NowNs();
+    }
     FailKeyLocked(key, Status::InvalidArgument("communicator '" + key + "' across nodes: " + conflict), involved, 0,
                   after);
     return;
@@ -148,6 +151,9 @@ void Registry::TryDecideLocked(const std::string& key, Deferred* after) {
     if (o == UINT32_MAX) return;  // not every rank joined yet
   }
   if (client_asked) {
+    for (const auto& [node, a] : ait->second) {
+      used_announcements_[{node, a.announce.epoch, a.announce.recv_id}] = ring::NowNs();
+    }
     FailKeyLocked(key, Status::FailedPrecondition("communicator '" + key + "' spans nodes, and communicators across "
                                                   "nodes are daemon-executed: ask for ExecutionMode::kDaemon (or "
                                                   "leave the default)"),
@@ -197,6 +203,11 @@ void Registry::ApplyFormLocked(const cluster::FormDecision& form, Deferred* afte
   // decider: a later use of the key with rank 0 here must not decide from
   // them (cluster/model REUSE: a correct job failed "rank 0 joined twice").
   ForgetKeyLocked(form.key, form.plan.nodes);
+  for (size_t i = 0; i < form.plan.nodes.size() && i < form.plan.recv_ids.size() && i < form.plan.epochs.size(); ++i) {
+    if (form.plan.nodes[i] != self) {
+      used_announcements_[{form.plan.nodes[i], form.plan.epochs[i], form.plan.recv_ids[i]}] = ring::NowNs();
+    }
+  }
   auto kit = comm_by_key_.find(form.key);
   const auto pos = std::find(form.plan.nodes.begin(), form.plan.nodes.end(), self);
   Status bad = cluster::CheckPlan(form.plan, self);
@@ -355,6 +366,10 @@ void Registry::OnClusterMessage(uint32_t node, const std::string& payload) {
             ait->second.erase(node);
             if (ait->second.empty()) announced_.erase(ait);
           }
+          break;
+        }
+        if (used_announcements_.count({node, m.announce.epoch, m.announce.recv_id})) {
+          spdlog::debug("cluster: node {}'s announcement of '{}' arrived after a plan used it; dropped", node, key);
           break;
         }
         if (!announced_.count(key) && announced_.size() >= config_.max_pending_joins) {

@@ -96,6 +96,7 @@ CommStats CommStatsOf(const Comm& c) {
   cs.world_size = c.world_size;
   cs.global_world_size = c.global_world;
   cs.mode = c.mode;
+  cs.recv_id = c.recv_id;
   if (c.exchange) {
     cs.nodes = c.exchange->plan().nodes;
     cs.exchanges = c.exchange->exchanges();
