@@ -7,11 +7,14 @@
  * RunSpanningBody): per node, the rank that runs the exchange, op by op, of a
  * communicator spanning every node (all-reduce, one round: each node sends
  * its part to every other and reduces what arrives). Data messages are UCX
- * tagged messages matched by (communicator tag, op index, sender's step):
- * each node's inbox is a bag (the worker's unexpected queue), taken from in
- * any order. A node may crash at any step (messages it sent may still
- * arrive); a node other than 0 may restart as epoch 2 (coordinator mode) once
- * node 0 sees it lost, and a second communicator then forms over every node.
+ * tagged messages matched by (the receiver's id for the communicator, op
+ * index, sender's step): each node's inbox is a bag (the worker's unexpected
+ * queue), taken from in any order. A node may crash at any step (messages it
+ * sent may still arrive); a node other than 0 may restart as epoch 2
+ * (coordinator mode) once node 0 sees it lost, with a new worker (an empty
+ * queue) and ids that may repeat its old incarnation's, and a second
+ * communicator then forms over every node (where every node of its plan is
+ * alive at the plan's epoch: ApplyFormLocked).
  *   Asserted: an op that succeeds holds exactly every node's part of that op
  *   of that communicator (never another op's, another communicator's, or an
  *   old epoch's), hence every successful node has the same result; when a
@@ -21,16 +24,22 @@
  *
  * Forming (-DFORMING; daemon/spanning.cc, cluster/comm_messages.h): the
  * members of one key (3 ranks) join their daemons; each daemon announces its
- * ranks to every other (again on each change); the daemon holding rank 0
- * decides once and sends the plan; control messages travel in order per
- * sender and are taken only from a node's current, live epoch
- * (cluster/ucx_transport.cc OnControl, cluster/membership.cc Heartbeat).
- * A rank may join twice (one duplicate), one member may leave at any time,
- * members still waiting when nothing else can move hit their join timeout.
+ * ranks, its receive id for the key's Comm and its epoch to every other
+ * (again on each change); the daemon holding rank 0 decides once and sends
+ * the plan (each node's ranks, receive id and epoch); a node applying it
+ * checks its own entry against its Comm and epoch and every other node alive
+ * at the plan's epoch; control messages travel in order per sender and are
+ * taken only from a node's current, live epoch (cluster/ucx_transport.cc
+ * OnControl, cluster/membership.cc Heartbeat). A rank may join twice (one
+ * duplicate), one member may leave at any time, members still waiting when
+ * nothing else can move hit their join timeout.
  *   Asserted: a node forms exactly the ranks the plan gives it; at the end
  *   every live part formed and not failed has every node of its plan formed
- *   with the same plan; INVALID_ARGUMENT (a rank joined twice) only when one
- *   did; no control message of an epoch declared lost is ever accepted.
+ *   with the same plan, alive, on the receive id and epoch the plan gives it;
+ *   when a node takes a restarted one back, no part formed there spans the
+ *   old incarnation and no announcement of it is kept; INVALID_ARGUMENT (a
+ *   rank joined twice) only when one did; no control message of an epoch
+ *   declared lost is ever accepted.
  *
  * Membership (both parts; cluster/membership.cc, cluster/ucx_transport.cc):
  * each node's view of every other (epoch, lost). A node marks another lost
@@ -39,34 +48,38 @@
  * or, SUSPECTS times, a live node (a stopped or partitioned daemon: the
  * heartbeat timeout). Lost stays lost until node 0 announces a new epoch (a
  * rejoin: cluster/tcp_bootstrap.h RejoinService, ucx_transport.cc
- * ApplyRejoins). A restart needs node 0 to see the old incarnation lost; the
- * safe configurations also take a restart to be slower than the transport's
- * report of a dead peer (every survivor saw it lost first) and than a control
- * message between survivors (none in flight).
+ * ApplyRejoins); a node taking the news loses the old incarnation first if
+ * it had not yet (Membership::Rejoin). A restart needs node 0 to see the old
+ * incarnation lost. By default a restart is also taken to be slower than the
+ * transport's report of a dead peer (every survivor saw it lost first) and
+ * than a control message between survivors (none in flight); REJOIN_RACE and
+ * SLOW_PLAN drop these, and the code is checked safe without them.
  *
  * Negative controls (each must give SPIN a counterexample; check.sh runs them):
  *   UNKEYED            data matched by sender alone, not by op index
  *   NO_LOSS_ABORT      a lost node does not abort the communicators spanning
  *                      it, and waits have no op deadline
- *   TAG_REPEATS        the communicator formed after the restart has the old
- *                      one's tag
+ *   TAG_REPEATS        a survivor's receive id for the communicator formed
+ *                      after the restart is its id for the first one (the
+ *                      counter wrapped)
  *   EPOCH_UNCHECKED    (FORMING) control messages taken from any epoch
  *   FORM_UNCHECKED     (FORMING) a node forms the plan without comparing its
  *                      waiting members with it
- * What the code does where the safe configurations assume or exempt (each
- * gives a counterexample; docs/proof.md says what it means):
- *   REJOIN_RACE        a survivor hears of the restart from node 0 before it
- *                      saw the old incarnation lost: Membership::Rejoin takes
- *                      the new epoch without on_lost, so a communicator there
- *                      spanning the old one is not failed
- *   FORMED_AFTER_LOSS  (FORMING) a part formed from a plan naming a node
- *                      this one already saw lost survives that node's rejoin
- *   SLOW_PLAN          (FORMING) a plan decided from the old incarnation's
- *                      announcement, still in flight when it restarted
+ *   REJOIN_SILENT      (with REJOIN_RACE) the Rejoin before d7d08c2: the new
+ *                      epoch taken without on_lost for the old incarnation
+ *   PLAN_UNCHECKED     (FORMING) the apply before d7d08c2: no check of the
+ *                      plan's receive ids, epochs or nodes' liveness (what
+ *                      FORMED_AFTER_LOSS used to show in the code)
+ *   PLAN_EPOCHLESS     (FORMING, with SLOW_PLAN) plans without epochs: each
+ *                      other node checked alive, not alive as the
+ *                      incarnation that announced
+ * What the code does where the model found a weakness (a counterexample;
+ * docs/proof.md says what it means):
  *   REUSE              (FORMING) a key formed, destroyed and joined again
- *                      (safe since ForgetKeyLocked; -DKEEP_ANNOUNCED: the code before)
- *                      with rank 0 on another node: the other daemons still
- *                      hold the first round's announcements in announced_
+ *                      with rank 0 on another node (safe since
+ *                      ForgetKeyLocked; -DKEEP_ANNOUNCED: the code before):
+ *                      an announcement that reaches a node after the plan
+ *                      decided from it is still kept there
  */
 #ifndef N
 #define N 2            /* nodes (2 or 3) */
@@ -96,11 +109,14 @@ byte suspects;
 #define CAN_LOSE(o, x) ((x) < N && (x) != (o) && !crashed[o] && !lost[(o) * N + (x)] && \
                         (CAUSE(o, x) || suspects < SUSPECTS))
 #define SEES_LOST(o, x) ((o) == (x) || lost[(o) * N + (x)])
-/* A restart: node 0 must see the old incarnation lost (RejoinService). The
- * safe configurations also take a restart to be slower than the transport's
- * report of a dead peer (every survivor saw it lost) and than any control
- * message between survivors (none in flight); REJOIN_RACE and SLOW_PLAN drop
- * these. */
+/* A restart: node 0 must see the old incarnation lost (RejoinService). By
+ * default a restart is also slower than the transport's report of a dead
+ * peer (every survivor saw it lost) and than any control message between
+ * survivors (none in flight). REJOIN_RACE and SLOW_PLAN drop these (every
+ * behaviour of the default and more): the code is safe without them since
+ * Membership::Rejoin loses the old incarnation first and ApplyFormLocked
+ * checks the plan's epochs; check.sh runs them, the default keeps the larger
+ * configurations smaller. */
 #ifdef REJOIN_RACE
 #define SURVIVORS_SAW(x) true
 #else
@@ -136,8 +152,10 @@ byte suspects;
 #define RID(j, c) ((c) == 2 && (j) != rx -> 2 : 1)
 #endif
 #define CAP (2 * (N - 1) * (K + K2))
-/* Per node: tag, op index, sender (the tag's step); ghost: which
- * communicator's data it is (1: the first, 2: the one after the restart). */
+/* Per node: the tag's receive id, op index, sender (the tag's step); ghost:
+ * which communicator's data it is (1: the first, 2: the one after the
+ * restart). The tag's descriptor code is exact (DescriptorCode): every node
+ * runs the same ops here. */
 chan net[N] = [CAP] of { byte, byte, byte, byte };
 /* Node j's part of op k of communicator c: one bit. */
 #define BIT(c, k, j) (1 << (((c) - 1) * N * K + (k) * N + (j)))
@@ -146,10 +164,10 @@ bool ab[2 * N];        /* per node and communicator: the segment's abort word */
 bool c1end[N];         /* the node is past the first communicator */
 bool c2on[N];          /* the node runs the second one */
 bool c2formed;         /* a second communicator formed (after the restart) */
-/* Data of the first communicator for a node past it: with distinct tags no
- * receive ever matches it again (in the code it stays in the unexpected
- * queue). Dropped, so that leftovers do not tell states apart; kept when the
- * tags repeat, where it is what goes wrong. */
+/* Data of the first communicator for a node past it: with distinct receive
+ * ids no receive ever matches it again (in the code it stays in the
+ * unexpected queue until the daemon exits). Dropped, so that leftovers do not
+ * tell states apart; kept when the ids repeat, where it is what goes wrong. */
 #define INERT(j, tg) (c1end[j] && (tg) == RID(j, 1) && RID(j, 1) != RID(j, 2))
 /* WaitAll's deadline (ctx.deadline_ns): DEADLINES times at any moment (a
  * node slower than the deadline, racing with its data), and at any time once
@@ -183,7 +201,9 @@ inline on_lost(o, x) {
 }
 
 /* o takes x's new epoch (Membership::Rejoin): nothing of x's old epoch may
- * still run at o, or it waits for a node that will never answer. */
+ * still run at o, or it waits for a node that will never answer (and sends
+ * its parts to the new incarnation, whose receive id may be the old one's:
+ * REJOIN_SILENT without this assertion gives wrong data). */
 inline on_rejoin(o, x) {
   assert(!(epoch[o] == 1 && !c1end[o] && !ab[(o) * 2]))
 }
@@ -486,8 +506,9 @@ proctype Crasher() {
   fi
 }
 
-/* A restart (x != 0): a new worker (nothing sent to the old one arrives), a
- * fresh table from node 0, which takes x back and tells every node it sees alive. */
+/* A restart (x != 0): a new worker (an empty queue; nothing sent to the old
+ * one arrives), receive ids counted afresh, a fresh table from node 0, which
+ * takes x back and tells every node it sees alive. */
 inline restart(x) {
   epoch[x] = 2; crashed[x] = 0; rx = x;
   m = 0;
@@ -561,8 +582,10 @@ proctype Node(byte n) {
        :: c <= 2 ->
           if
           :: c == 2 && epoch[n] == 1 ->
-             /* A survivor joins the next communicator once it took the
-              * restarted node back: the plan comes from current epochs. */
+             /* A survivor's part of the next communicator forms once it
+              * took the restarted node back: ApplyFormLocked fails a plan
+              * naming a node not alive here at the plan's epoch (that
+              * failed attempt, which moves no data, is left out). */
 end_idle:    c2formed && VIEWS_CURRENT(n)
           :: else
           fi;
@@ -758,7 +781,8 @@ end_dead: atomic { RESTART_OK(n) -> restart(n) }
 }
 
 /* A live part formed and not failed: every node of its plan has formed it
- * (same tag), alive and not failed. */
+ * (same tag), alive and not failed, as the incarnation and with the receive
+ * id the plan gives it (the data sent to it carries the id it receives on). */
 #define PEER_OK(n, m) (PLAN_OF(fpl[n], m) == 0 || (!crashed[m] && fd[m] && !fab[m] && ftag[m] == ftag[n] && \
                        ID(AT(fpl[n], m)) == rid[m] && EP(AT(fpl[n], m)) == epoch[m]))
 #define LIVE_OK(n) (crashed[n] || !fd[n] || fab[n] || \
