@@ -278,3 +278,24 @@ def test_negative_control_a_staged_result_arrives_only_at_wait(run_ranks):
 
     for before, after in run_ranks(2, body):
         assert before == 4096 and after == 0
+
+
+def test_the_readme_example_runs_as_written(daemon):
+    # README.md's Python example, run by two ranks (processes, as a user
+    # would), each checking what the example leaves behind: x summed in
+    # place, g every rank's arange(4). Only the socket path is this test's.
+    import pathlib
+    import re
+    import subprocess
+    import sys
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    assert "comm.all_reduce(x).wait()" in code, code
+    code = code.replace('"/run/collectived/collectived.sock"', repr(daemon))
+    check = ("\nimport numpy\nassert numpy.all(x == 3), x\n"
+             "assert list(g) == [0, 1, 2, 3, 0, 1, 2, 3], g\nprint('example ok', rank)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", f"rank = {r}\n" + code + check],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"example ok {r}" in out, out
