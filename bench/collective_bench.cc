@@ -13,8 +13,11 @@
 // written once: 2nS for all-reduce, nS + n*nS for all-gather; in place, each
 // rank's own chunk of an all-gather's output already is its input, so
 // nS + n*(n-1)S) and its share of
-// the 4.28 TB/s copy ceiling measured on the H200. Exit status 1 on any wrong
-// element. `-t ceilings` instead measures this GPU's copy and memset
+// the 4.28 TB/s copy ceiling measured on the H200. -r 1 adds, per size, the
+// plain one-shot reference's time (bench/reference_ranks.cu: the same number
+// of ranks on this GPU, timed the same way right after, out of place) and the
+// out-of-place time's ratio to it: the small-op latency target is a ratio.
+// Exit status 1 on any wrong element. `-t ceilings` instead measures this GPU's copy and memset
 // (write-only) ceilings at each size from -b to -e, to put beside a run's
 // percentages (the last row is the ceiling; smaller rows say what a lone
 // copy of the same traffic reaches).
@@ -25,6 +28,7 @@
 //                    [-B 1]             (blocks per SM shared by the ranks' kernels; 2 is experimental:
 //                                        residency is not guaranteed, a run may end in a device deadline)
 //                    [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
+//                    [-r 0|1]           (the reference beside: float32 sum all-reduce only)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -101,6 +105,7 @@ struct Options {
   bool daemon_executed = false;  // -m daemon
   std::string key = "collective-bench";
   bool ceilings = false;  // -t ceilings: the memory ceilings only
+  bool reference = false;  // -r 1: the plain one-shot reference beside each size
 };
 
 // Across the processes of an MPI run; trivial in one process.
@@ -197,7 +202,7 @@ class Runner {
 constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
-    "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]\n"
+    "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -249,10 +254,16 @@ int main(int argc, char** argv) {
     else if (f == "-M") o.mpi = std::atoi(v) != 0;
     else if (f == "-k") o.key = v;
     else if (f == "-m") o.daemon_executed = std::string(v) == "daemon";
+    else if (f == "-r") o.reference = std::atoi(v) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n%s", f.c_str(), kUsage);
       return 2;
     }
+  }
+  if (o.reference && (o.spec.gather || o.ceilings || o.spec.dtype != DataType::kFloat32 ||
+                      o.spec.op != ReduceOp::kSum || o.ranks < 2 || o.ranks > 8)) {
+    std::fprintf(stderr, "collective-bench: -r 1 compares float32 sum all-reduces of 2 to 8 ranks\n");
+    return 2;
   }
   if (o.ceilings && o.mpi) {
     std::fprintf(stderr, "collective-bench: -t ceilings runs in one process (drop -M)\n");
@@ -323,6 +334,12 @@ int main(int argc, char** argv) {
   }
   Runner runner(o, ranks.get(), group);
   const bool root = group.rank == 0;
+  // The reference runs in the first process only (all of its ranks there),
+  // while the others wait: the GPU is theirs too.
+  std::unique_ptr<RankSet> reference;
+  const Group alone;
+  if (o.reference && root) Check(bench::MakeReferenceRanks(n, in_bytes, out_bytes, &reference), "reference init");
+  Runner ref_runner(o, reference.get(), alone);
   auto say = [root](const char* fmt, auto... args) {
     if (root) std::printf(fmt, args...);
   };
@@ -332,8 +349,11 @@ int main(int argc, char** argv) {
       o.warmup);
   say("# least-traffic bandwidth (ltbw) counts each input read once and each output written once (in place: "
       "an all-gather's own chunk is not written); %% of the %.0f GB/s copy ceiling\n", kCopyCeilingGBs);
-  say("#%13s %12s %8s %6s   %10s %8s %8s %6s %8s %5s   %10s %8s %8s %6s %8s %5s\n", "size", "count", "type", "redop",
-      "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%", "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%");
+  if (reference) say("# ref: %s, timed the same way after each size; ratio = out-of-place time / ref\n",
+                     reference->Describe().c_str());
+  say("#%13s %12s %8s %6s   %10s %8s %8s %6s %8s %5s   %10s %8s %8s %6s %8s %5s%s\n", "size", "count", "type", "redop",
+      "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%", "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%",
+      o.reference ? "    ref(us) #wrong  ratio" : "");
   uint64_t total_wrong = 0;
   double bus_sum = 0;
   int rows = 0;
@@ -345,9 +365,11 @@ int main(int argc, char** argv) {
     const uint64_t size = o.spec.gather ? count * es * n : count * es;
     say("%14llu %12llu %8s %6s", (unsigned long long)size, (unsigned long long)count, DataTypeName(o.spec.dtype),
         o.spec.gather ? "none" : ReduceOpName(o.spec.op));
+    double out_of_place_t = 0;
     for (bool in_place : {false, true}) {
       const uint64_t wrong = o.check ? runner.Wrong(count, in_place) : 0;
       const double t = runner.Time(count, in_place);
+      if (!in_place) out_of_place_t = t;
       const double algbw = size / t / 1e9;
       const double busbw = algbw * (o.spec.gather ? (n - 1.0) / n : 2.0 * (n - 1) / n);
       // In place, an all-gather's own chunk is not written again (the kernels skip it).
@@ -360,11 +382,22 @@ int main(int argc, char** argv) {
       bus_sum += busbw;
       ++rows;
     }
+    if (o.reference) {
+      group.Barrier();  // every process's ops done: the GPU is the reference's
+      if (reference) {
+        const uint64_t wrong = o.check ? ref_runner.Wrong(count, false) : 0;
+        const double t = ref_runner.Time(count, false);
+        say("   %10.2f %6llu %6.2f", t * 1e6, (unsigned long long)wrong, out_of_place_t / t);
+        total_wrong += wrong;
+      }
+      group.Barrier();
+    }
     say("\n");
   }
   say("# Out of bounds values : %llu %s\n", (unsigned long long)total_wrong, total_wrong ? "FAILED" : "OK");
   say("# Avg bus bandwidth    : %.3f\n", rows ? bus_sum / rows : 0.0);
   std::fflush(stdout);
+  reference.reset();
   ranks.reset();  // leave the communicator before MPI goes away
 #ifdef COLLECTIVED_BENCH_MPI
   if (o.mpi) MPI_Finalize();

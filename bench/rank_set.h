@@ -43,6 +43,9 @@ class RankSet {
 // n virtual ranks on one GPU, no daemon. blocks_per_sm: see kResidentBlocksPerSm.
 Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
                           std::unique_ptr<RankSet>* out);
+// The yardstick (bench/reference_ranks.cu, collective-bench -r 1): n virtual
+// ranks on one GPU running a plain one-shot float32 sum, out of place.
+Status MakeReferenceRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, std::unique_ptr<RankSet>* out);
 // Where the buffers of ranks through collectived live (collective-bench -z).
 enum class Placement {
   kStaged = 0,      // cudaMalloc'd: staged through the fixed slots

@@ -1,0 +1,173 @@
+// The yardstick for small-op latency (collective-bench -r 1): a plain
+// one-shot float32 sum over n virtual ranks on one GPU, each rank's kernel on
+// its own stream reading every input and writing its own output, between a
+// start and an end barrier (one flag per block per rank, released and
+// acquired at system scope). Nothing else: no op index, descriptor check,
+// deadline, abort word or trace, which is what the project's kernels add per
+// op. Blocks per rank as the plain reference's latency mode (SMs / n). Each
+// block keeps its generation in device memory, so a captured graph replays
+// without the host (the project's kernels must too).
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "base/gpu/gpu_check.h"
+#include "bench/rank_set.h"
+#include "tests/support/virtual_ranks.h"
+
+namespace collectived::bench {
+namespace {
+
+constexpr int kMaxRanks = 8;
+constexpr int kFlagStride = 16;  // words between ranks' flags of one block: a 128-byte line each
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ void StoreRelease(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long LoadAcquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Every rank's block b arrives at phase `phase` of generation `gen`.
+__device__ void Barrier(unsigned long long* flags, int phase, int rank, int n, unsigned long long gen) {
+  unsigned long long* base = flags + (static_cast<size_t>(phase) * gridDim.x + blockIdx.x) * kMaxRanks * kFlagStride;
+  __syncthreads();
+  if (threadIdx.x == 0) StoreRelease(base + rank * kFlagStride, gen);
+  if (threadIdx.x < n) {
+    while (LoadAcquire(base + threadIdx.x * kFlagStride) < gen) {
+    }
+  }
+  __syncthreads();
+}
+
+struct RefArgs {
+  const float* in[kMaxRanks];
+  float* out;
+  unsigned long long* flags;
+  unsigned long long* gens;  // per rank, per block: ops this block ran
+  int rank;
+  unsigned long long count;
+};
+
+template <int N>
+__global__ void __launch_bounds__(kThreads) RefOneShot(RefArgs a) {
+  __shared__ unsigned long long gen;
+  unsigned long long* mine = a.gens + static_cast<size_t>(a.rank) * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) gen = *mine + 1;
+  Barrier(a.flags, 0, a.rank, N, gen);  // its __syncthreads publishes gen to the block
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t n4 = a.count / 4;
+  for (size_t i = first; i < n4; i += stride) {
+    float4 acc = reinterpret_cast<const float4*>(a.in[0])[i];
+#pragma unroll
+    for (int r = 1; r < N; ++r) {
+      const float4 v = reinterpret_cast<const float4*>(a.in[r])[i];
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    reinterpret_cast<float4*>(a.out)[i] = acc;
+  }
+  for (size_t i = n4 * 4 + first; i < a.count; i += stride) {
+    float acc = a.in[0][i];
+#pragma unroll
+    for (int r = 1; r < N; ++r) acc += a.in[r][i];
+    a.out[i] = acc;
+  }
+  Barrier(a.flags, 1, a.rank, N, gen);  // nobody leaves while a peer may still read its input
+  if (threadIdx.x == 0) *mine = gen;
+}
+
+class ReferenceRanks : public RankSet {
+ public:
+  ~ReferenceRanks() override {
+    if (flags_ != nullptr) gpuFree(flags_);
+    if (gens_ != nullptr) gpuFree(gens_);
+  }
+
+  Status Init(uint32_t n, uint64_t in_bytes, uint64_t out_bytes) {
+    if (n < 2 || n > kMaxRanks) return Status::InvalidArgument("the reference runs 2 to 8 ranks");
+    COLLECTIVED_RETURN_IF_ERROR(vr_.Init(n, in_bytes, out_bytes));
+    int sms = 0;
+    COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0));
+    blocks_ = std::max<uint32_t>(1, static_cast<uint32_t>(sms) / n);
+    const size_t flag_words = 2ull * blocks_ * kMaxRanks * kFlagStride;
+    COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&flags_), flag_words * 8));
+    COLLECTIVED_GPU_CHECK(gpuMemset(flags_, 0, flag_words * 8));
+    COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&gens_), size_t{n} * blocks_ * 8));
+    COLLECTIVED_GPU_CHECK(gpuMemset(gens_, 0, size_t{n} * blocks_ * 8));
+    COLLECTIVED_GPU_CHECK(gpuDeviceSynchronize());
+    for (uint32_t r = 0; r < n; ++r) local_.push_back(r);
+    return Status::Ok();
+  }
+  uint32_t world() const override { return vr_.world(); }
+  const std::vector<uint32_t>& local() const override { return local_; }
+  gpuStream_t stream(uint32_t r) const override { return vr_.stream(r); }
+  Status Prepare(const OpSpec& spec, uint64_t seed, uint64_t count, bool in_place) override {
+    COLLECTIVED_RETURN_IF_ERROR(Supported(spec, in_place));
+    return vr_.Prepare(spec.dtype, spec.op, false, seed, count, false);
+  }
+  Status Enqueue(const OpSpec& spec, uint64_t count, bool in_place) override {
+    COLLECTIVED_RETURN_IF_ERROR(Supported(spec, in_place));
+    const uint32_t n = vr_.world();
+    for (uint32_t r = 0; r < n; ++r) {
+      RefArgs a{};
+      for (uint32_t k = 0; k < n; ++k) a.in[k] = static_cast<const float*>(vr_.in(k));
+      a.out = static_cast<float*>(vr_.out(r));
+      a.flags = flags_;
+      a.gens = gens_;
+      a.rank = static_cast<int>(r);
+      a.count = count;
+      switch (n) {
+        case 2: RefOneShot<2><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+        case 3: RefOneShot<3><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+        case 4: RefOneShot<4><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+        case 5: RefOneShot<5><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+        case 6: RefOneShot<6><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+        case 7: RefOneShot<7><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+        default: RefOneShot<8><<<blocks_, kThreads, 0, vr_.stream(r)>>>(a); break;
+      }
+      COLLECTIVED_GPU_CHECK(gpuGetLastError());
+    }
+    return Status::Ok();
+  }
+  Status Sync() override { return vr_.Sync(); }
+  uint64_t Wrong(const OpSpec& spec, uint64_t seed, uint64_t count) override {
+    return vr_.Wrong(spec.dtype, spec.op, false, seed, count);
+  }
+  std::string Describe() const override {
+    return "reference: plain one-shot, " + std::to_string(vr_.world()) + " virtual ranks on one GPU, " +
+           std::to_string(blocks_) + " blocks per rank";
+  }
+
+ private:
+  static Status Supported(const OpSpec& spec, bool in_place) {
+    if (spec.gather || spec.dtype != DataType::kFloat32 || spec.op != ReduceOp::kSum || in_place) {
+      return Status::InvalidArgument("the reference is an out-of-place float32 sum all-reduce only");
+    }
+    return Status::Ok();
+  }
+
+  testing::VirtualRanks vr_;
+  std::vector<uint32_t> local_;
+  uint32_t blocks_ = 1;
+  unsigned long long* flags_ = nullptr;
+  unsigned long long* gens_ = nullptr;
+};
+
+}  // namespace
+
+Status MakeReferenceRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, std::unique_ptr<RankSet>* out) {
+  auto r = std::make_unique<ReferenceRanks>();
+  COLLECTIVED_RETURN_IF_ERROR(r->Init(n, in_bytes, out_bytes));
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+}  // namespace collectived::bench
