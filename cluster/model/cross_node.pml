@@ -28,7 +28,9 @@
  * (again on each change); the daemon holding rank 0 decides once and sends
  * the plan (each node's ranks, receive id and epoch); a node applying it
  * checks its own entry against its Comm and epoch and every other node alive
- * at the plan's epoch; control messages travel in order per sender and are
+ * at the plan's epoch; an announcement a plan (or a refusal) used is
+ * remembered, and a copy of it arriving later dropped (used_announcements_);
+ * control messages travel in order per sender and are
  * taken only from a node's current, live epoch (cluster/ucx_transport.cc
  * OnControl, cluster/membership.cc Heartbeat). A rank may join twice (one
  * duplicate), one member may leave at any time, members still waiting when
@@ -73,13 +75,21 @@
  *   PLAN_EPOCHLESS     (FORMING, with SLOW_PLAN) plans without epochs: each
  *                      other node checked alive, not alive as the
  *                      incarnation that announced
- * What the code does where the model found a weakness (a counterexample;
- * docs/proof.md says what it means):
- *   REUSE              (FORMING) a key formed, destroyed and joined again
- *                      with rank 0 on another node (safe since
- *                      ForgetKeyLocked; -DKEEP_ANNOUNCED: the code before):
- *                      an announcement that reaches a node after the plan
- *                      decided from it is still kept there
+ *   KEEP_ANNOUNCED     (FORMING, with REUSE) the code before ForgetKeyLocked:
+ *                      the nodes that did not decide keep the announcements
+ *   LATE_KEPT          (FORMING, with REUSE) the code before f359e2a: an
+ *                      announcement reaching a node after the plan that used
+ *                      it (two hops beat one) is kept for the key's next use
+ * Configurations (FORMING):
+ *   REUSE              a key formed, destroyed and joined again with rank 0
+ *                      on another node (safe without crashes)
+ *   RANK0_ON_0         rank r on node r: node 0 decides, another restarts.
+ *                      What the code does (a counterexample, docs/proof.md):
+ *                      a plan naming a restarted node that reaches a third
+ *                      node before node 0's news of the restart fails there,
+ *                      and that node tells every node of the plan but the
+ *                      restarted one (lost there: nothing is sent to it),
+ *                      whose part stays formed
  */
 #ifndef N
 #define N 2            /* nodes (2 or 3) */
@@ -211,8 +221,13 @@ inline on_rejoin(o, x) {
 /* ----------------------------------------------------------------- forming */
 #define W 3            /* ranks of the key */
 #define ALL 7
-/* Where each rank joins: rank 0 on node 1 (which decides, and may restart). */
+/* Where each rank joins: rank 0 on node 1 (which decides, and may restart);
+ * RANK0_ON_0: rank r on node r, node 0 decides (while another restarts). */
+#ifdef RANK0_ON_0
+#define HOME1(r) ((r) % N)
+#else
 #define HOME1(r) (((r) + 1) % N)
+#endif
 #define HOME2(r) ((r) % N)    /* REUSE: the second round, rank 0 on node 0 */
 #ifdef REUSE
 #define HOME(r) (round == 1 -> HOME1(r) : HOME2(r))
@@ -258,6 +273,20 @@ byte ann[N * N];       /* announced_[key] at n: src's ENTRY (0: no entry) */
  * daemon's counter starts at random: its ids may repeat the old
  * incarnation's, told apart by the epoch). */
 byte rid[N];
+/* used_announcements_ at n: the announcements of src a plan or a refusal
+ * here used, one bit per (epoch, receive id); a copy arriving later (the
+ * plan's two hops beat its one) is dropped. Kept here for good (the code
+ * expires them with the announcements). LATE_KEPT: the code before, which
+ * took it into announced_ for the key's next use. */
+int used[N * N];
+#define UBIT(v) (1 << ((EP(v) - 1) * 8 + ID(v)))
+#ifdef LATE_KEPT
+#define USE(n, src, v) skip
+#define USED(n, src, v) false
+#else
+#define USE(n, src, v) used[(n) * N + (src)] = used[(n) * N + (src)] | UBIT(v)
+#define USED(n, src, v) ((used[(n) * N + (src)] & UBIT(v)) != 0)
+#endif
 bool fd[N];            /* the node's part formed ... */
 byte ftag[N];          /* ... with this tag ... */
 int fpl[N];            /* ... and this plan ... */
@@ -332,6 +361,13 @@ inline fail_key(n, nodes, tg) {
 
 /* Registry::ApplyFormLocked. */
 inline apply_form(n, tg, p) {
+  /* the plan's announcements, used (whatever follows) */
+  m = 0;
+  do
+  :: m < N && m != n && PLAN_OF(p, m) != 0 -> USE(n, m, AT(p, m)); m++
+  :: m < N && (m == n || PLAN_OF(p, m) == 0) -> m++
+  :: m >= N -> break
+  od;
   mine = PLAN_OF(p, n);
   /* CheckPlan; no members waiting; a member left meanwhile; a plan decided
    * from another Comm's or incarnation's announcement, or naming a node lost
@@ -380,6 +416,12 @@ inline try_decide(n) {
      :: conflict ->
         /* (4) INVALID_ARGUMENT "rank r joined on node a and on node b" */
         assert(dupj);
+        m = 0;
+        do
+        :: m < N && m != n && ann[(n) * N + m] != 0 -> USE(n, m, ann[(n) * N + m]); m++
+        :: m < N && (m == n || ann[(n) * N + m] == 0) -> m++
+        :: m >= N -> break
+        od;
         fail_key(n, inv, 0)
      :: !conflict && u == ALL ->
         ntag++; tg = ntag;
@@ -486,7 +528,7 @@ proctype Crasher() {
        m = 0;
        do
        :: m < N ->
-          ann[x * N + m] = 0;
+          ann[x * N + m] = 0; used[x * N + m] = 0;
           do
           :: len(ctl[m * N + x]) > 0 -> ctl[m * N + x] ? _, _, _, _
           :: else -> break
@@ -520,7 +562,7 @@ inline restart(x) {
      :: len(ctl[m * N + (x)]) > 0 -> ctl[m * N + (x)] ? _, _, _, _
      :: else -> break
      od;
-     ann[(x) * N + m] = 0;
+     ann[(x) * N + m] = 0; used[(x) * N + m] = 0;
 #endif
      m++
   :: m >= N -> break
@@ -719,7 +761,8 @@ inline handle(n, src) {
      assert(e > gone[(n) * N + (src)]);
      if
      :: kind == ANN && a == 0 -> ann[(n) * N + (src)] = 0
-     :: kind == ANN && a != 0 -> ann[(n) * N + (src)] = a | ((e - 1) << 3); try_decide(n)
+     :: kind == ANN && a != 0 && USED(n, src, a | ((e - 1) << 3)) -> skip   /* a late copy: dropped */
+     :: kind == ANN && a != 0 && !USED(n, src, a | ((e - 1) << 3)) -> ann[(n) * N + (src)] = a | ((e - 1) << 3); try_decide(n)
      :: kind == FORM && PLAN_OF(p, src) == 0 -> skip   /* only a node holding ranks decides */
      :: kind == FORM && PLAN_OF(p, src) != 0 -> q = p; apply_form(n, a, q)
      :: kind == FAIL && a != 0 && fd[n] && ftag[n] == a && PLAN_OF(fpl[n], src) != 0 -> fab[n] = 1
