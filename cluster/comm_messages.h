@@ -42,6 +42,9 @@ struct CommFailure {
   uint32_t comm_tag = 0;
   uint32_t code = 0;  // StatusCode
   std::string reason;
+  // The sender withdrew its members still forming under the key: whatever it
+  // announced of the key before is stale.
+  bool withdrew = false;
 };
 
 struct ControlMessage {

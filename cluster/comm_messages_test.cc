@@ -42,8 +42,9 @@ TEST(CommMessagesTest, EveryKindRoundTrips) {
 
   ControlMessage f;
   f.kind = ControlMessage::Kind::kFailure;
-  f.failure = {"key", 7, 999, "bad\nline"};
+  f.failure = {"key", 7, 999, "bad\nline", true};
   ASSERT_TRUE(DecodeControl(EncodeControl(f), &out).ok());
+  EXPECT_TRUE(out.failure.withdrew);
   EXPECT_EQ(out.failure.code, static_cast<uint32_t>(StatusCode::kUnknown));  // a code that does not exist
   EXPECT_EQ(out.failure.reason, "bad?line");                                  // no forged log lines
 }
@@ -99,14 +100,28 @@ TEST(CommMessagesTest, PlansThatCannotBeRunAreRefused) {
 }
 
 TEST(CommMessagesTest, DataTagsKeepTheirFieldsApart) {
-  const uint64_t t = DataTag(0x1abcdef, 0x1fff, 0x1ff, 0x1ff, 0x1ffff);
+  const uint64_t t = DataTag(0x1abcdef, 0x1fff, true, 0x1ff, 0x1ff, 0x1ffff, true);
   EXPECT_EQ(t >> 40, 0xabcdefu);        // receive id: 24 bits
-  EXPECT_EQ((t >> 32) & 0xff, 0xffu);   // op index: its low 8 bits
-  EXPECT_EQ((t >> 24) & 0xff, 0xffu);
-  EXPECT_EQ((t >> 16) & 0xff, 0xffu);
-  EXPECT_EQ(t & 0xffff, 0xffffu);
-  EXPECT_NE(DataTag(1, 5, 0, 0, 0), DataTag(1, 6, 0, 0, 0));
-  EXPECT_NE(DataTag(1, 5, 0, 0, 0), DataTag(2, 5, 0, 0, 0));
+  EXPECT_EQ((t >> 33) & 0x7f, 0x7fu);   // op index: its low 7 bits
+  EXPECT_EQ((t >> 32) & 1, 1u);         // ring
+  EXPECT_EQ((t >> 24) & 0xff, 0xffu);   // descriptor code
+  EXPECT_EQ((t >> 16) & 0xff, 0xffu);   // step
+  EXPECT_EQ((t >> 15) & 1, 1u);         // last piece
+  EXPECT_EQ(t & 0x7fff, 0x7fffu);       // piece
+  EXPECT_EQ(DataTag(0, 0, false, 0, 0, 0, false), 0u);
+  EXPECT_NE(DataTag(1, 5, false, 0, 0, 0, false), DataTag(1, 6, false, 0, 0, 0, false));
+  EXPECT_NE(DataTag(1, 5, false, 0, 0, 0, false), DataTag(2, 5, false, 0, 0, 0, false));
+  EXPECT_NE(DataTag(1, 5, false, 0, 0, 0, false), DataTag(1, 5, true, 0, 0, 0, false));
+  EXPECT_NE(DataTag(1, 5, false, 0, 0, 3, false), DataTag(1, 5, false, 0, 0, 3, true));
+  // The GPU executor's chunks: op i's are index 64i + c (c < 64), and
+  // neighbouring ops' never share the 7 bits.
+  for (uint64_t i = 0; i < 8; ++i) {
+    for (uint64_t c = 0; c < 64; ++c) {
+      for (uint64_t c2 = 0; c2 < 64; ++c2) {
+        EXPECT_NE(DataTag(1, 64 * i + c, false, 0, 0, 0, false), DataTag(1, 64 * (i + 1) + c2, false, 0, 0, 0, false));
+      }
+    }
+  }
 }
 
 TEST(CommMessagesTest, EveryDescriptorTheNodesCouldDisagreeOnHasItsOwnCode) {
@@ -130,7 +145,8 @@ TEST(CommMessagesTest, EveryDescriptorTheNodesCouldDisagreeOnHasItsOwnCode) {
     EXPECT_LT(DescriptorCode(all[i]), 256u);
     for (size_t j = i + 1; j < all.size(); ++j) {
       EXPECT_NE(DescriptorCode(all[i]), DescriptorCode(all[j])) << i << " " << j;
-      EXPECT_NE(DataTag(9, 3, DescriptorCode(all[i]), 1, 0), DataTag(9, 3, DescriptorCode(all[j]), 1, 0));
+      EXPECT_NE(DataTag(9, 3, false, DescriptorCode(all[i]), 1, 0, true),
+                DataTag(9, 3, false, DescriptorCode(all[j]), 1, 0, true));
     }
   }
 }

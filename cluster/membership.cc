@@ -45,10 +45,11 @@ bool Membership::Heartbeat(uint32_t node, uint64_t epoch, int64_t now_ns) {
   return true;
 }
 
-void Membership::MarkLost(uint32_t node, const std::string& reason, int64_t now_ns) {
+void Membership::MarkLost(uint32_t node, const std::string& reason, int64_t now_ns, uint64_t epoch) {
   {
     MutexLock lock(&mu_);
     if (node >= nodes_.size() || node == self_ || nodes_[node].state == NodeState::kLost) return;
+    if (epoch != 0 && nodes_[node].info.epoch != epoch) return;
     nodes_[node].state = NodeState::kLost;
     nodes_[node].lost_ns = now_ns;
     nodes_[node].lost_reason = reason;

@@ -55,7 +55,9 @@ class Membership {
   // A heartbeat from `node` of `epoch` arrived: false (and ignored) for an
   // unknown node, another epoch, or a node already lost.
   bool Heartbeat(uint32_t node, uint64_t epoch, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
-  void MarkLost(uint32_t node, const std::string& reason, int64_t now_ns) COLLECTIVED_EXCLUDES(mu_);
+  // `epoch` (non-zero): only if the node is still that incarnation (an
+  // error of an endpoint to an old one says nothing of its successor).
+  void MarkLost(uint32_t node, const std::string& reason, int64_t now_ns, uint64_t epoch = 0) COLLECTIVED_EXCLUDES(mu_);
   // A restarted daemon took `info.node_id` back as a new epoch: alive again,
   // heard from now. False (nothing changed) for this node itself, an unknown
   // node or the epoch it already has. The old incarnation, if not yet seen

@@ -112,6 +112,13 @@ TEST(MembershipTest, ARestartFasterThanItsLossLosesTheOldIncarnationFirst) {
   EXPECT_TRUE(m.Rejoin(again, 30));
   EXPECT_EQ(lost.size(), 2u);  // the MarkLost above, not the rejoin
   EXPECT_EQ(m.SelfEpoch(), 100u);
+  // The old endpoint's error, late: it names incarnation 201, not 301.
+  m.MarkLost(1, "transport: Endpoint timeout", 40, 201);
+  EXPECT_TRUE(m.AliveAt(1, 301));
+  EXPECT_EQ(lost.size(), 2u);
+  m.MarkLost(1, "transport: Endpoint timeout", 41, 301);
+  EXPECT_FALSE(m.Alive(1));
+  EXPECT_EQ(lost.size(), 3u);
 }
 
 }  // namespace

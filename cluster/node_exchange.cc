@@ -10,12 +10,14 @@
 
 namespace collectived::cluster {
 
-uint64_t DataTag(uint32_t recv_id, uint64_t op_index, uint32_t desc_code, uint32_t step, uint32_t piece) {
-  // Nodes are at most one op apart (an op ends on no node before every node
-  // sent its part, and a failed op ends the communicator), so 8 bits of the
-  // op index tell neighbours apart.
-  return (uint64_t{recv_id} & ((1u << kRecvIdBits) - 1)) << 40 | (op_index & 0xff) << 32 |
-         uint64_t{desc_code & 0xff} << 24 | uint64_t{step & 0xff} << 16 | (piece & 0xffff);
+uint64_t DataTag(uint32_t recv_id, uint64_t op_index, bool ring, uint32_t desc_code, uint32_t step, uint32_t piece,
+                 bool last) {
+  // Nodes are at most one exchange apart (an exchange ends on no node before
+  // every node sent its part, and a failed one ends the communicator), so 7
+  // bits of the index tell neighbours apart (the GPU executor's chunks c <
+  // 64 of op i are index 64i + c: neighbouring ops' ranges stay apart too).
+  return (uint64_t{recv_id} & ((1u << kRecvIdBits) - 1)) << 40 | (op_index & 0x7f) << 33 | uint64_t{ring} << 32 |
+         uint64_t{desc_code & 0xff} << 24 | uint64_t{step & 0xff} << 16 | uint64_t{last} << 15 | (piece & 0x7fff);
 }
 
 uint32_t DescriptorCode(const ring::OpDescriptor& d) {
@@ -83,15 +85,6 @@ Status SpanningExchange::Create(UcxTransport* transport, uint32_t self, Spanning
     ex->first_slot_.push_back(slot);
     for (uint32_t r : ranks) ex->slot_of_[r] = slot++;
   }
-  // The longest transfer: a node's all-gather block (its ranks' messages).
-  uint64_t most_ranks = 0;
-  for (const auto& ranks : plan.ranks) most_ranks = std::max<uint64_t>(most_ranks, ranks.size());
-  if ((max_message_bytes * most_ranks + kPieceBytes - 1) / kPieceBytes > kMaxPieces) {
-    return Status::InvalidArgument("max_message_bytes " + std::to_string(max_message_bytes) + " times " +
-                                   std::to_string(most_ranks) + " ranks on a node is more than " +
-                                   std::to_string(kMaxPieces) + " pieces of " + std::to_string(kPieceBytes) +
-                                   " bytes in one transfer between nodes");
-  }
   const uint64_t page = 4096;
   const uint64_t staging = (max_message_bytes * plan.world + page - 1) / page * page;
   const uint64_t scratch =
@@ -107,6 +100,7 @@ Status SpanningExchange::Create(UcxTransport* transport, uint32_t self, Spanning
   memory->staging = static_cast<uint8_t*>(memory->base);
   memory->scratch = memory->staging + staging;
   ex->memory_ = std::move(memory);
+  ex->max_message_bytes_ = max_message_bytes;
   ex->plan_ = std::move(plan);
   *out = std::move(ex);
   return Status::Ok();
@@ -128,13 +122,30 @@ Status SpanningExchange::Exchange(uint64_t index, const ring::OpDescriptor& d, c
   uint8_t* work = only_out && out != nullptr ? out : memory_->staging;
   if (work == out) out = nullptr;
   const int64_t start = ring::NowNs();
-  const uint64_t tag_base = DataTag(0, index, DescriptorCode(d), 0, 0);
+  const uint64_t n = plan_.nodes.size();
+  const uint64_t bytes = d.count * DataTypeSize(d.dtype);
+  const bool gather = d.kind == CollectiveKind::kAllGather;
+  const bool direct = !gather && bytes <= (n == 2 ? kDirectMaxBytesTwoNodes : kDirectMaxBytes);
+  // The longest transfer must number its pieces within the tag's field.
+  uint64_t longest = direct ? bytes : ((d.count + n - 1) / n) * DataTypeSize(d.dtype);
+  if (gather) {
+    for (const auto& ranks : plan_.ranks) longest = std::max<uint64_t>(longest, ranks.size() * bytes);
+  }
+  if (!gather && bytes > max_message_bytes_) {
+    return Status::InvalidArgument("an all-reduce part of " + std::to_string(bytes) + " bytes across nodes is above "
+                                   "max_message_bytes " + std::to_string(max_message_bytes_));
+  }
+  if ((longest + kPieceBytes - 1) / kPieceBytes > kMaxPieces) {
+    return Status::InvalidArgument("a transfer of " + std::to_string(longest) + " bytes between nodes is more than " +
+                                   std::to_string(kMaxPieces) + " pieces of " + std::to_string(kPieceBytes) + " bytes");
+  }
+  const uint64_t tag_base = DataTag(0, index, !gather && !direct, DescriptorCode(d), 0, 0, false);
   Status s;
   if (d.count == 0) {
     s = Status::Ok();
-  } else if (d.kind == CollectiveKind::kAllGather) {
+  } else if (gather) {
     s = AllGather(tag_base, d, chunks, ctx);
-  } else if (d.count * DataTypeSize(d.dtype) <= (plan_.nodes.size() == 2 ? kDirectMaxBytesTwoNodes : kDirectMaxBytes)) {
+  } else if (direct) {
     s = AllReduceDirect(tag_base, d, own, work, out, ctx);
   } else {
     s = AllReduceRing(tag_base, d, own, work, out, ctx);
@@ -161,8 +172,8 @@ struct Pieces {
 
 }  // namespace
 
-uint64_t SpanningExchange::To(uint32_t entry, uint64_t op_tag, uint32_t step, uint32_t piece) const {
-  return op_tag | DataTag(plan_.recv_ids[entry], 0, 0, step, piece);
+uint64_t SpanningExchange::To(uint32_t entry, uint64_t op_tag, uint32_t step, uint32_t piece, uint32_t pieces) const {
+  return op_tag | DataTag(plan_.recv_ids[entry], 0, false, 0, step, piece, piece + 1 == pieces);
 }
 
 Status SpanningExchange::Abandon(std::vector<std::unique_ptr<Transfer>>* transfers, const Status& why) {
@@ -192,13 +203,13 @@ Status SpanningExchange::AllReduceDirect(uint64_t tag_base, const ring::OpDescri
       if (k == self) continue;
       transfers.push_back(std::make_unique<Transfer>());
       piece_of.push_back(p);
-      Status posted = transport_->PostRecv(plan_.nodes[k], From(tag_base, k, p),
+      Status posted = transport_->PostRecv(plan_.nodes[k], From(tag_base, k, p, pieces.n),
                                            memory_->scratch + uint64_t{k < self ? k : k - 1} * bytes + off, len,
                                            transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
       transfers.push_back(std::make_unique<Transfer>());
       piece_of.push_back(p);
-      Status sent = transport_->PostSend(plan_.nodes[k], To(k, tag_base, self, p), own + off, len,
+      Status sent = transport_->PostSend(plan_.nodes[k], To(k, tag_base, self, p, pieces.n), own + off, len,
                                          transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(len);
@@ -256,7 +267,7 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
       transfers.push_back(std::make_unique<Transfer>());
       recv_piece.push_back(p);
       uint8_t* dst = (reduce ? scratch : staging + rb * esize) + rp.begin(p) * esize;
-      Status posted = transport_->PostRecv(prev, From(tag_base, t, p), dst, (rp.end(p) - rp.begin(p)) * esize,
+      Status posted = transport_->PostRecv(prev, From(tag_base, t, p, rp.n), dst, (rp.end(p) - rp.begin(p)) * esize,
                                            transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
     }
@@ -265,7 +276,7 @@ Status SpanningExchange::AllReduceRing(uint64_t tag_base, const ring::OpDescript
       const uint64_t len = (sp.end(p) - sp.begin(p)) * esize;
       transfers.push_back(std::make_unique<Transfer>());
       recv_piece.push_back(-1);
-      Status sent = transport_->PostSend(next, To((self + 1) % n, tag_base, t, p), from + (sb + sp.begin(p)) * esize, len,
+      Status sent = transport_->PostSend(next, To((self + 1) % n, tag_base, t, p, sp.n), from + (sb + sp.begin(p)) * esize, len,
                                          transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(len);
@@ -303,7 +314,7 @@ Status SpanningExchange::AllGather(uint64_t tag_base, const ring::OpDescriptor& 
     const Pieces p(len, 1);
     for (uint32_t i = 0; i < p.n; ++i) {
       transfers.push_back(std::make_unique<Transfer>());
-      Status posted = transport_->PostRecv(plan_.nodes[k], From(tag_base, k, i), dst + p.begin(i),
+      Status posted = transport_->PostRecv(plan_.nodes[k], From(tag_base, k, i, p.n), dst + p.begin(i),
                                            p.end(i) - p.begin(i), transfers.back().get());
       if (!posted.ok()) return Abandon(&transfers, posted);
     }
@@ -315,7 +326,7 @@ Status SpanningExchange::AllGather(uint64_t tag_base, const ring::OpDescriptor& 
     if (k == self) continue;
     for (uint32_t i = 0; i < p.n; ++i) {
       transfers.push_back(std::make_unique<Transfer>());
-      Status sent = transport_->PostSend(plan_.nodes[k], To(k, tag_base, self, i), own + p.begin(i),
+      Status sent = transport_->PostSend(plan_.nodes[k], To(k, tag_base, self, i, p.n), own + p.begin(i),
                                          p.end(i) - p.begin(i), transfers.back().get());
       if (!sent.ok()) return Abandon(&transfers, sent);
       bytes_sent_.fetch_add(p.end(i) - p.begin(i));

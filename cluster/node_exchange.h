@@ -12,9 +12,11 @@
 // Transfers are split into pieces of kPieceBytes; a piece is reduced as soon
 // as it arrived (and left), while the next ones are on the wire.
 // Messages are tagged with (the receiver's id for the communicator, op
-// index, the descriptor's code, step, piece): ops never match by arrival
-// order, and nodes whose ops differ fail (a length mismatch or the op
-// deadline) instead of mixing data. The receiver chose its id when it
+// index, direct or ring, the descriptor's code, step, piece, last piece or
+// not): ops never match by arrival order, and nodes whose ops differ fail (a
+// length mismatch or the op deadline) instead of mixing data: another kind,
+// type or reduce op has another code; another count gives another length,
+// number of pieces (the last one is marked) or algorithm. The receiver chose its id when it
 // announced the key, unique among its communicators (Registry): a part
 // left in its transport's queue by a failed op of an ended communicator
 // (a receive cancelled before the part came) never matches a later one.
@@ -43,10 +45,12 @@ struct SpanningPlan {
 };
 constexpr unsigned kCommTagBits = 20;
 constexpr unsigned kRecvIdBits = 24;
-constexpr uint32_t kMaxPieces = 1u << 16;  // per transfer (16 bits of the tag)
+constexpr uint32_t kMaxPieces = 1u << 15;  // per transfer (15 bits of the tag)
 
-// The data tag: receiver's id 24 | op index 8 | descriptor code 8 | step 8 | piece 16.
-uint64_t DataTag(uint32_t recv_id, uint64_t op_index, uint32_t desc_code, uint32_t step, uint32_t piece);
+// The data tag: receiver's id 24 | op index 7 | ring 1 | descriptor code 8 |
+// step 8 | last piece 1 | piece 15.
+uint64_t DataTag(uint32_t recv_id, uint64_t op_index, bool ring, uint32_t desc_code, uint32_t step, uint32_t piece,
+                 bool last);
 // The kind, type and reduce op every node must agree on, exactly, in 8 bits
 // (the count: each transfer's length is checked).
 uint32_t DescriptorCode(const ring::OpDescriptor& d);
@@ -63,9 +67,7 @@ class SpanningExchange : public host::NodeExchange {
   static constexpr uint64_t kPieceBytes = 1 << 20;
 
   // `transport` outlives this. Staging and scratch are reserved (not
-  // touched) for messages of up to `max_message_bytes` per rank;
-  // INVALID_ARGUMENT when a transfer of such messages needs more than
-  // kMaxPieces pieces.
+  // touched) for messages of up to `max_message_bytes` per rank.
   static Status Create(UcxTransport* transport, uint32_t self, SpanningPlan plan, uint64_t max_message_bytes,
                        std::unique_ptr<SpanningExchange>* out);
   ~SpanningExchange() override;
@@ -74,6 +76,7 @@ class SpanningExchange : public host::NodeExchange {
   uint32_t global_rank(uint32_t local_rank) const override { return plan_.ranks[self_index_][local_rank]; }
   uint32_t StagingSlot(uint32_t global_rank) const override { return slot_of_[global_rank]; }
   uint8_t* staging() const override;
+  uint64_t max_part_bytes() const override { return max_message_bytes_; }
   std::atomic<uint64_t>& exchange_done() override { return done_; }
   Status Exchange(uint64_t index, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* out, bool only_out,
                   const ring::WaitContext& ctx) override;
@@ -91,9 +94,12 @@ class SpanningExchange : public host::NodeExchange {
   SpanningExchange() = default;
   // `work`: where partial and final elements go (staging, or `out` itself);
   // `out`, when set and not `work`, gets each final piece copied.
-  // `op_tag`: DataTag(0, index, code, 0, 0); To/From add the receiver's id.
-  uint64_t To(uint32_t entry, uint64_t op_tag, uint32_t step, uint32_t piece) const;
-  uint64_t From(uint64_t op_tag, uint32_t step, uint32_t piece) const { return To(self_index_, op_tag, step, piece); }
+  // `op_tag`: DataTag(0, index, ring, code, 0, 0, false); To/From add the
+  // receiver's id, the step and the piece (of `pieces`).
+  uint64_t To(uint32_t entry, uint64_t op_tag, uint32_t step, uint32_t piece, uint32_t pieces) const;
+  uint64_t From(uint64_t op_tag, uint32_t step, uint32_t piece, uint32_t pieces) const {
+    return To(self_index_, op_tag, step, piece, pieces);
+  }
   Status AllReduceDirect(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* work,
                          uint8_t* out, const ring::WaitContext& ctx);
   Status AllReduceRing(uint64_t tag_base, const ring::OpDescriptor& d, const uint8_t* own, uint8_t* work,
@@ -105,6 +111,7 @@ class SpanningExchange : public host::NodeExchange {
   UcxTransport* transport_ = nullptr;
   SpanningPlan plan_;
   uint32_t self_index_ = 0;
+  uint64_t max_message_bytes_ = 0;
   std::vector<uint32_t> slot_of_;     // global rank -> staging chunk (node order)
   std::vector<uint32_t> first_slot_;  // per node entry: its first staging chunk
   std::shared_ptr<Memory> memory_;    // staging and scratch; kept by transfers a failed wait left behind

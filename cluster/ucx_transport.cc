@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "cluster/node_record.h"
 #include "ring/wait.h"
@@ -56,6 +58,7 @@ struct UcxTransport::Announcement {
 struct UcxTransport::Peer {
   UcxTransport* transport = nullptr;
   uint32_t node = 0;
+  uint64_t epoch = 0;  // the incarnation its endpoint reaches
   ucp_ep_h ep = nullptr;
   std::atomic<bool> failed{false};
   std::atomic<bool> retired{false};  // replaced by a rejoin or closed as lost: its endpoint's errors mean nothing
@@ -185,8 +188,11 @@ UcxTransport::~UcxTransport() {
 void UcxTransport::OnEndpointError(void* arg, void*, int status) {
   auto* peer = static_cast<Peer*>(arg);
   if (peer->retired || peer->failed.exchange(true)) return;
+  // Only that incarnation: a rejoin may have taken the node's new one while
+  // this endpoint's error was on its way (before the peer was retired).
   peer->transport->membership_->MarkLost(
-      peer->node, std::string("transport: ") + ucs_status_string(static_cast<ucs_status_t>(status)), ring::NowNs());
+      peer->node, std::string("transport: ") + ucs_status_string(static_cast<ucs_status_t>(status)), ring::NowNs(),
+      peer->epoch);
 }
 
 Status UcxTransport::Start(Membership* membership, const Options& options) {
@@ -213,6 +219,7 @@ Status UcxTransport::Connect(Peer* peer, const NodeInfo& info) {
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = [](void* arg, ucp_ep_h e, ucs_status_t s) { OnEndpointError(arg, e, s); };
   ep.err_handler.arg = peer;
+  peer->epoch = info.epoch;
   ucs_status_t s = ucp_ep_create(static_cast<ucp_worker_h>(worker_), &ep, &peer->ep);
   if (s != UCS_OK) return UcxStatus(s, ("endpoint to node " + std::to_string(info.node_id)).c_str());
   return Status::Ok();
@@ -487,10 +494,12 @@ Status UcxTransport::WaitAll(std::vector<std::unique_ptr<Transfer>>* transfers, 
     } else if (ctx.stop != nullptr && ctx.stop->load(std::memory_order_acquire)) {
       failed = Status::Aborted("stopped while waiting for another node");
     } else if (ctx.deadline_ns != 0 && ring::NowNs() >= ctx.deadline_ns) {
-      std::string waiting;
+      std::set<uint32_t> nodes;  // each once, however many of its transfers are left
       for (size_t i = 0; i < transfers->size(); ++i) {
-        if (!seen[i]) waiting += (waiting.empty() ? "" : ", ") + std::to_string((*transfers)[i]->node);
+        if (!seen[i]) nodes.insert((*transfers)[i]->node);
       }
+      std::string waiting;
+      for (uint32_t node : nodes) waiting += (waiting.empty() ? "" : ", ") + std::to_string(node);
       failed = Status::DeadlineExceeded("deadline passed waiting for node(s) " + waiting);
     } else if (++idle > 64 && ucp_worker_arm(worker) == UCS_OK) {
       // Nothing moved: sleep until the network has something (the kernel

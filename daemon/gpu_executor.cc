@@ -319,7 +319,16 @@ Status GpuExecutor::PipelineAllReduce(uint64_t index, const ring::OpDescriptor& 
                                       void* const* outputs) {
   auto stream = static_cast<gpuStream_t>(stream_);
   const uint64_t es = DataTypeSize(d.dtype);
-  const uint64_t per = std::max<uint64_t>({1, kStageChunkBytes / es, (d.count + kMaxStageChunks - 1) / kMaxStageChunks});
+  // A chunk is one exchange, whose parts are at most max_part_bytes (its
+  // scratch is that large).
+  const uint64_t most = std::max<uint64_t>(1, exchange_->max_part_bytes() / es);
+  const uint64_t per = std::min<uint64_t>(
+      most, std::max<uint64_t>({1, kStageChunkBytes / es, (d.count + kMaxStageChunks - 1) / kMaxStageChunks}));
+  if ((d.count + per - 1) / per > kMaxStageChunks) {
+    return Status::InvalidArgument("a GPU all-reduce of " + std::to_string(d.count * es) + " bytes across nodes needs "
+                                   "more than " + std::to_string(kMaxStageChunks) + " exchanges of max_message_bytes " +
+                                   std::to_string(exchange_->max_part_bytes()) + " (raise --max-message-bytes)");
+  }
   const uint32_t chunks = static_cast<uint32_t>((d.count + per - 1) / per);
   while (stage_events_.size() < chunks) {
     gpuEvent_t e;

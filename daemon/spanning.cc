@@ -302,6 +302,7 @@ void Registry::FailKeyLocked(const std::string& key, const Status& status, const
   m.failure.comm_tag = comm_tag;
   m.failure.code = static_cast<uint32_t>(status.code());
   m.failure.reason = status.message();
+  m.failure.withdrew = true;  // below: this node's members of the key still forming
   const std::string payload = cluster::EncodeControl(m);
   for (uint32_t node : nodes) {
     if (node != self && node < membership_->size()) transport_->SendControl(node, payload);
@@ -391,6 +392,15 @@ void Registry::OnClusterMessage(uint32_t node, const std::string& payload) {
       case cluster::ControlMessage::Kind::kFailure: {
         const Status status(static_cast<StatusCode>(m.failure.code),
                             m.failure.reason + " (from node " + std::to_string(node) + ")");
+        if (m.failure.withdrew) {
+          // What it announced of the key came before (in order per sender)
+          // and is gone there: deciding from it would fail the next try.
+          auto ait = announced_.find(m.failure.key);
+          if (ait != announced_.end()) {
+            ait->second.erase(node);
+            if (ait->second.empty()) announced_.erase(ait);
+          }
+        }
         // A communicator formed here under that tag fails; if none did, the
         // members still forming under the key were that communicator (its
         // plan may not have arrived yet) and are withdrawn. A newer

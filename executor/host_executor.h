@@ -64,6 +64,9 @@ class NodeExchange {
   virtual uint32_t StagingSlot(uint32_t global_rank) const = 0;
   // At least max_message_bytes x global_world() bytes.
   virtual uint8_t* staging() const = 0;
+  // The largest all-reduce part Exchange takes (max_message_bytes): a
+  // caller with larger parts (the GPU executor's chunks) splits them.
+  virtual uint64_t max_part_bytes() const = 0;
   virtual std::atomic<uint64_t>& exchange_done() = 0;
   // The part of op `index` (descriptor `d`, matched on this node) that
   // crosses nodes. All-reduce: `own` is this node's part (staging(), or the

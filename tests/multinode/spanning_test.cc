@@ -343,6 +343,31 @@ TEST(SpanningTest, DisagreementsAreStatusesNotData) {
     EXPECT_FALSE(s.ok());
     std::printf("types differing between nodes, same bytes: %s\n", s.ToString().c_str());
   }
+  // Counts that differ by whole pieces: the shorter op's pieces all have a
+  // match of the same length in the longer one (2 MiB against 3 MiB, both
+  // direct; 4 MiB direct against 8 MiB by ring, whose step 1 the direct
+  // receive took for the other node's part). Before the last piece was
+  // marked and the algorithm named in the tag, the shorter op succeeded
+  // with the other node's bits; now both fail.
+  for (const auto& [small, large] : {std::pair<uint64_t, uint64_t>{512 << 10, 768 << 10}, {1 << 20, 2 << 20}}) {
+    std::vector<Rank> counted = JoinAll(cluster, "differ-count-" + std::to_string(small), {0, 1},
+                                        ExecutionMode::kDefault, 1500);
+    for (const Rank& k : counted) ASSERT_TRUE(k.joined.ok()) << k.joined.ToString();
+    OnEveryRank(counted, [&](Rank& k) {
+      const uint64_t count = k.rank == 0 ? small : large;
+      Buffer b;
+      ASSERT_TRUE(k.client->AllocBuffer(count * 4, &b).ok());
+      testing::FillInput(DataType::kFloat32, ReduceOp::kSum, k.rank, 9, b.data(), count);
+      Handle h;
+      got[k.rank] = k.comm->AllReduce(b, b, count, DataType::kFloat32, ReduceOp::kSum, &h);
+      if (got[k.rank].ok()) got[k.rank] = h.Wait();
+    });
+    for (const Status& s : got) {
+      EXPECT_FALSE(s.ok()) << small * 4 << " against " << large * 4 << " bytes";
+      std::printf("counts differing by whole pieces (%llu, %llu floats): %s\n", (unsigned long long)small,
+                  (unsigned long long)large, s.ToString().c_str());
+    }
+  }
 }
 
 // A key used again at once with its ranks on other nodes, rank 0 elsewhere
