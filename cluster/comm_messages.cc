@@ -105,6 +105,7 @@ std::string EncodeControl(const ControlMessage& m) {
       w.U32(m.failure.code);
       w.Str(m.failure.reason.substr(0, kMaxReasonBytes));
       w.U8(m.failure.withdrew ? 1 : 0);
+      w.U8(m.failure.relayed ? 1 : 0);
       break;
   }
   return w.Take();
@@ -146,10 +147,12 @@ Status DecodeControl(const std::string& bytes, ControlMessage* out) {
   } else if (ok && kind == static_cast<uint8_t>(ControlMessage::Kind::kFailure)) {
     m.kind = ControlMessage::Kind::kFailure;
     what = "failure";
-    uint8_t withdrew = 0;
+    uint8_t withdrew = 0, relayed = 0;
     ok = r.Str(&m.failure.key, kMaxKeyBytes) && r.U32(&m.failure.comm_tag) && r.U32(&m.failure.code) &&
-         r.Str(&m.failure.reason, kMaxReasonBytes) && r.U8(&withdrew) && withdrew <= 1;
+         r.Str(&m.failure.reason, kMaxReasonBytes) && r.U8(&withdrew) && withdrew <= 1 && r.U8(&relayed) &&
+         relayed <= 1;
     m.failure.withdrew = withdrew == 1;
+    m.failure.relayed = relayed == 1;
     // Another node chose these: a code that exists, a reason without control characters.
     m.failure.code = static_cast<uint32_t>(ring::SharedStatusCode(m.failure.code));
     m.failure.reason = ring::SharedText(m.failure.reason.data(), m.failure.reason.size());

@@ -45,6 +45,8 @@ struct CommFailure {
   // The sender withdrew its members still forming under the key: whatever it
   // announced of the key before is stale.
   bool withdrew = false;
+  // Passed on by a node that heard it from another (not passed on again).
+  bool relayed = false;
 };
 
 struct ControlMessage {

@@ -42,9 +42,10 @@ TEST(CommMessagesTest, EveryKindRoundTrips) {
 
   ControlMessage f;
   f.kind = ControlMessage::Kind::kFailure;
-  f.failure = {"key", 7, 999, "bad\nline", true};
+  f.failure = {"key", 7, 999, "bad\nline", true, true};
   ASSERT_TRUE(DecodeControl(EncodeControl(f), &out).ok());
   EXPECT_TRUE(out.failure.withdrew);
+  EXPECT_TRUE(out.failure.relayed);
   EXPECT_EQ(out.failure.code, static_cast<uint32_t>(StatusCode::kUnknown));  // a code that does not exist
   EXPECT_EQ(out.failure.reason, "bad?line");                                  // no forged log lines
 }

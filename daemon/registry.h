@@ -259,9 +259,14 @@ class Registry {
   // it no other way), so a later use of the key decides from fresh ones.
   void ForgetKeyLocked(const std::string& key, const std::vector<uint32_t>& involved) COLLECTIVED_REQUIRES(mu_);
   // Tells the other nodes of `comm` (formed across nodes) that it failed here.
-  void TellSpannedNodesLocked(const Comm& comm, const Status& status) COLLECTIVED_REQUIRES(mu_);
+  // `relayed`: passing on another node's failure, to every node of the plan
+  // but this one and `from`.
+  void TellSpannedNodesLocked(const Comm& comm, const Status& status, bool relayed = false,
+                              uint32_t from = UINT32_MAX) COLLECTIVED_REQUIRES(mu_);
   // Aborts formed communicators across nodes matching `pred`; true if one matched.
-  bool AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code, const std::string& why)
+  // `newly`, if set, gets those that were not aborted before.
+  bool AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code, const std::string& why,
+                           std::vector<Comm*>* newly = nullptr)
       COLLECTIVED_REQUIRES(mu_);
   uint32_t NextCommTagLocked() COLLECTIVED_REQUIRES(mu_);
   // `comm`'s receive id, chosen on first use: none of this node's other

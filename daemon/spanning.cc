@@ -321,19 +321,22 @@ void Registry::FailKeyLocked(const std::string& key, const Status& status, const
 }
 
 bool Registry::AbortSpanningLocked(const std::function<bool(const Comm&)>& pred, StatusCode code,
-                                   const std::string& why) {
+                                   const std::string& why, std::vector<Comm*>* newly) {
   bool matched = false;
   for (auto& [id, c] : comms_) {
     if (!c->formed || !c->exchange || !pred(*c)) continue;
     matched = true;
-    if (!c->seg.aborted()) spdlog::error("communicator {} '{}' fails: {}", c->id, c->key, why);
+    if (!c->seg.aborted()) {
+      spdlog::error("communicator {} '{}' fails: {}", c->id, c->key, why);
+      if (newly != nullptr) newly->push_back(c.get());
+    }
     c->seg.Abort(code, why.c_str());
     ring::WakeWaiters(c->exchange->exchange_done());
   }
   return matched;
 }
 
-void Registry::TellSpannedNodesLocked(const Comm& comm, const Status& status) {
+void Registry::TellSpannedNodesLocked(const Comm& comm, const Status& status, bool relayed, uint32_t from) {
   const uint32_t self = membership_->self();
   cluster::ControlMessage m;
   m.kind = cluster::ControlMessage::Kind::kFailure;
@@ -341,9 +344,10 @@ void Registry::TellSpannedNodesLocked(const Comm& comm, const Status& status) {
   m.failure.comm_tag = comm.exchange->plan().comm_tag;
   m.failure.code = static_cast<uint32_t>(status.code());
   m.failure.reason = status.message();
+  m.failure.relayed = relayed;
   const std::string payload = cluster::EncodeControl(m);
   for (uint32_t node : comm.exchange->plan().nodes) {
-    if (node != self) transport_->SendControl(node, payload);
+    if (node != self && node != from) transport_->SendControl(node, payload);
   }
 }
 
@@ -406,14 +410,23 @@ void Registry::OnClusterMessage(uint32_t node, const std::string& payload) {
         // plan may not have arrived yet) and are withdrawn. A newer
         // communicator of the same key is never touched: it forms only after
         // the one of that tag formed here.
+        std::vector<Comm*> newly;
         const bool formed = m.failure.comm_tag != 0 && AbortSpanningLocked(
                                                            [&](const Comm& c) {
                                                              return c.key == m.failure.key &&
                                                                     c.exchange->plan().comm_tag == m.failure.comm_tag &&
                                                                     c.exchange->Spans(node);
                                                            },
-                                                           status.code(), status.message());
-        if (!formed) FailKeyLocked(m.failure.key, status, {}, 0, &after);
+                                                           status.code(), status.message(), &newly);
+        // Passed on once to the plan's other nodes: the sender may not reach
+        // them all (cluster/model RANK0_ON_0: it failed a plan naming a
+        // restarted node it still saw lost, and sends that node nothing).
+        if (!m.failure.relayed) {
+          for (Comm* c : newly) TellSpannedNodesLocked(*c, status, /*relayed=*/true, node);
+        }
+        // A relayed failure ends only what formed: members forming under the
+        // key here may already be a later try of it.
+        if (!formed && !m.failure.relayed) FailKeyLocked(m.failure.key, status, {}, 0, &after);
         break;
       }
     }

@@ -189,5 +189,28 @@ TEST_F(SpanningPlanTest, APlanIsCheckedAgainstTheNodesAsTheyAreWhenItArrives) {
   EXPECT_TRUE(Contains(e->status.message(), "node 2 of the plan of 'lost'")) << e->status.ToString();
 }
 
+// A failure of a key's communicator from another node withdraws this node's
+// members still forming under the key (the plan may not have arrived yet);
+// one passed on by a third node does not: those members may be a later try.
+TEST_F(SpanningPlanTest, OnlyAFailureFromItsSourceWithdrawsMembersStillForming) {
+  auto fail = [&](uint32_t from, const std::string& key, bool relayed) {
+    cluster::ControlMessage m;
+    m.kind = cluster::ControlMessage::Kind::kFailure;
+    m.failure.key = key;
+    m.failure.comm_tag = 77;
+    m.failure.code = static_cast<uint32_t>(StatusCode::kUnavailable);
+    m.failure.reason = "node 2 lost";
+    m.failure.relayed = relayed;
+    reg_->OnClusterMessage(from, cluster::EncodeControl(m));
+  };
+  AnswerPtr a = Join("retry", 2, 1);
+  fail(1, "retry", /*relayed=*/true);
+  EXPECT_EQ(a->calls, 0) << a->status.ToString();
+  fail(1, "retry", /*relayed=*/false);
+  ASSERT_EQ(a->calls, 1);
+  EXPECT_EQ(a->status.code(), StatusCode::kUnavailable) << a->status.ToString();
+  EXPECT_TRUE(Contains(a->status.message(), "from node 1")) << a->status.ToString();
+}
+
 }  // namespace
 }  // namespace collectived::daemon
