@@ -306,9 +306,16 @@ void UcxTransport::Wake() {
   }
 }
 
+uint64_t UcxTransport::control_queued(uint32_t node) const {
+  MutexLock lock(&control_mu_);
+  auto it = control_queued_.find(node);
+  return it == control_queued_.end() ? 0 : it->second;
+}
+
 void UcxTransport::SendControl(uint32_t node, std::string payload) {
   {
     MutexLock lock(&control_mu_);
+    ++control_queued_[node];
     ControlMessage m;
     m.node = node;
     m.payload = std::move(payload);

@@ -12,6 +12,7 @@
 #include <deque>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -70,6 +71,8 @@ class UcxTransport {
   // Queues `payload` (at most kMaxControlBytes) for `node`; sent by the
   // progress thread. Never blocks on the network: callable under any lock.
   void SendControl(uint32_t node, std::string payload) COLLECTIVED_EXCLUDES(control_mu_);
+  // Control messages queued by SendControl so far, per destination node.
+  uint64_t control_queued(uint32_t node) const COLLECTIVED_EXCLUDES(control_mu_);
   static constexpr size_t kMaxControlBytes = 64 * 1024;
 
   // Data between nodes: tagged messages, posted and waited for by any thread
@@ -140,9 +143,10 @@ class UcxTransport {
   // Endpoints are read by threads posting data and replaced (rejoin) or
   // closed (lost) by the progress thread.
   Mutex peer_mu_;
-  Mutex control_mu_;
+  mutable Mutex control_mu_;
   struct ControlMessage;
   std::deque<ControlMessage> outbox_ COLLECTIVED_GUARDED_BY(control_mu_);
+  std::map<uint32_t, uint64_t> control_queued_ COLLECTIVED_GUARDED_BY(control_mu_);
   std::deque<std::pair<uint32_t, std::string>> inbox_ COLLECTIVED_GUARDED_BY(control_mu_);
   std::deque<ControlMessage> sending_;  // the progress thread's: in flight
   ControlHandler control_handler_;

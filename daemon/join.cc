@@ -478,11 +478,16 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
     // Across nodes a member is named by its global rank.
     const uint32_t named = comm.exchange ? comm.exchange->global_rank(rank) : rank;
     const std::string reason = "rank " + std::to_string(named) + " left: " + why;
-    // A member that died (not one that destroyed the communicator when done):
-    // the other nodes' ranks would otherwise wait out their op deadline.
-    if (comm.exchange && why != kDestroyedReason && !comm.seg.aborted()) {
-      TellSpannedNodesLocked(comm, Status::Aborted(reason));
+    // A member that died (not one that destroyed the communicator when done),
+    // or one leaving a communicator aborted here before (a client's Abort,
+    // an op that failed here): the other nodes' ranks would otherwise wait
+    // out their op deadline. A clean leave tells nobody (the others leave
+    // too); the abort below only releases this node's ranks.
+    const bool aborted_before = comm.seg.aborted();
+    if (comm.exchange && !comm.peers_told && (why != kDestroyedReason || aborted_before)) {
+      TellSpannedNodesLocked(comm, aborted_before ? comm.seg.AbortStatus() : Status::Aborted(reason));
     }
+    comm.peers_told = true;
     comm.seg.Abort(StatusCode::kAborted, reason.c_str());
     if (comm.exchange) ring::WakeWaiters(comm.exchange->exchange_done());  // ranks waiting for rank 0's exchange
     FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);

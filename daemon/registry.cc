@@ -168,6 +168,15 @@ void Registry::Housekeeping() {
       if (c->formed) FailPendingRegistrationsLocked(*c, Status::Ok(), true, now, &after);
     }
     InspectStallsLocked(now);
+    // An op that failed here (a transfer's length, a local limit, its
+    // deadline) aborted the communicator here only: the plan's other nodes
+    // would wait out their own deadline. Told within a tick.
+    for (auto& [id, c] : comms_) {
+      if (c->formed && c->exchange && !c->peers_told && c->seg.aborted()) {
+        c->peers_told = true;
+        TellSpannedNodesLocked(*c, c->seg.AbortStatus());
+      }
+    }
     // Another node's announcement outlives its members' joins only if the
     // withdrawal was lost (its node died: OnNodeLost drops it sooner).
     const int64_t keep_ns = (static_cast<int64_t>(config_.join_timeout_ms) + 5000) * 1000000;

@@ -113,6 +113,7 @@ struct Comm {
   bool client_mode_asked = false;  // a member asked for client execution by name
   bool announced = false;          // other nodes were told about this key
   uint32_t recv_id = 0;            // across nodes: the id this node's data tags carry (0: none yet)
+  bool peers_told = false;         // across nodes: the plan's other nodes know it failed (or need not)
   std::shared_ptr<cluster::SpanningExchange> exchange;  // set: formed across nodes
   uint32_t global_world = 0;       // across nodes: every node's ranks; else world_size
   // The stall inspector (stats.cc): the op some ranks posted and others not,

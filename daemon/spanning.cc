@@ -330,6 +330,7 @@ bool Registry::AbortSpanningLocked(const std::function<bool(const Comm&)>& pred,
       spdlog::error("communicator {} '{}' fails: {}", c->id, c->key, why);
       if (newly != nullptr) newly->push_back(c.get());
     }
+    c->peers_told = true;  // the word came from another node (or its loss): relayed, if at all, by the caller
     c->seg.Abort(code, why.c_str());
     ring::WakeWaiters(c->exchange->exchange_done());
   }
@@ -343,7 +344,9 @@ void Registry::TellSpannedNodesLocked(const Comm& comm, const Status& status, bo
   m.failure.key = comm.key;
   m.failure.comm_tag = comm.exchange->plan().comm_tag;
   m.failure.code = static_cast<uint32_t>(status.code());
-  m.failure.reason = status.message();
+  // The receiver aborts with it, which says "communicator aborted" again.
+  const std::string prefix = "communicator aborted: ";
+  m.failure.reason = status.message().rfind(prefix, 0) == 0 ? status.message().substr(prefix.size()) : status.message();
   m.failure.relayed = relayed;
   const std::string payload = cluster::EncodeControl(m);
   for (uint32_t node : comm.exchange->plan().nodes) {

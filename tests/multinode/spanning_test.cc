@@ -275,6 +275,30 @@ TEST(SpanningTest, AMemberThatDiesFailsItsPeersOnOtherNodes) {
   EXPECT_LT(ms, 2000);
 }
 
+// An abort on one node (Communicator::Abort writes the segment's abort word,
+// which the daemon does not hear of at once) ends the other nodes' ops
+// within the daemon's housekeeping tick, not at their op deadline (30 s).
+TEST(SpanningTest, AnAbortOnOneNodeEndsThePeersOpsOnOthers) {
+  MpirunCluster cluster(2, {});
+  ASSERT_TRUE(cluster.Ready()) << cluster.Output();
+  std::vector<Rank> ranks = JoinAll(cluster, "aborts", {0, 1});
+  for (const Rank& k : ranks) ASSERT_TRUE(k.joined.ok()) << k.joined.ToString();
+  Buffer b;
+  ASSERT_TRUE(ranks[1].client->AllocBuffer(1024, &b).ok());
+  Handle h;
+  ASSERT_TRUE(ranks[1].comm->AllReduce(b, b, 256, DataType::kFloat32, ReduceOp::kSum, &h).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1's node waits in the exchange
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(ranks[0].comm->Abort("the test aborts on node 0").ok());
+  Status s = h.Wait();
+  const int64_t ms = MsSince(t0);
+  std::printf("rank 0 aborted on node 0: rank 1's op on node 1 failed after %lld ms: %s\n", (long long)ms,
+              s.ToString().c_str());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the test aborts on node 0"), std::string::npos) << s.ToString();
+  EXPECT_LT(ms, 3000);
+}
+
 // Members that disagree get a status naming the disagreement, on every node.
 TEST(SpanningTest, DisagreementsAreStatusesNotData) {
   MpirunCluster cluster(2, {});
