@@ -212,5 +212,57 @@ TEST_F(SpanningPlanTest, OnlyAFailureFromItsSourceWithdrawsMembersStillForming) 
   EXPECT_TRUE(Contains(a->status.message(), "from node 1")) << a->status.ToString();
 }
 
+// Node 2 failed the communicator (say, a plan naming a node it had not yet
+// heard was back: cluster/model RANK0_ON_0) and may not reach node 1: this
+// node passes the failure on to node 1, once, and not back to node 2; a
+// failure that was itself passed on is not passed on again.
+TEST_F(SpanningPlanTest, AFailureFromOneNodeIsPassedOnOnceToTheOthers) {
+  auto form = [&](const std::string& key, uint32_t id1, uint32_t id2) {  // the other nodes' receive ids
+    AnswerPtr a = Join(key, 3, 0);
+    Announce(1, key, 3, {1}, id1, 101);
+    Announce(2, key, 3, {2}, id2, 102);
+    EXPECT_EQ(a->calls, 1);
+    EXPECT_TRUE(a->status.ok()) << a->status.ToString();
+    for (const auto& c : reg_->Stats().communicators) {
+      if (c.key == key && !c.closed) return c.comm_tag;
+    }
+    return 0u;
+  };
+  auto fail = [&](uint32_t from, const std::string& key, uint32_t comm_tag, bool relayed) {
+    cluster::ControlMessage m;
+    m.kind = cluster::ControlMessage::Kind::kFailure;
+    m.failure.key = key;
+    m.failure.comm_tag = comm_tag;
+    m.failure.code = static_cast<uint32_t>(StatusCode::kUnavailable);
+    m.failure.reason = "the plan names node 1 at an epoch node 2 has not heard of";
+    m.failure.relayed = relayed;
+    reg_->OnClusterMessage(from, cluster::EncodeControl(m));
+  };
+  auto aborted = [&](const std::string& key) {
+    for (const auto& c : reg_->Stats().communicators) {
+      if (c.key == key && !c.closed) return c.aborted;
+    }
+    return false;
+  };
+  const uint32_t tag = form("three", 7, 9);
+  ASSERT_NE(tag, 0u);
+  uint64_t to1 = transport_->control_queued(1), to2 = transport_->control_queued(2);
+  fail(2, "three", tag, /*relayed=*/false);
+  EXPECT_TRUE(aborted("three"));
+  EXPECT_EQ(transport_->control_queued(1), to1 + 1);  // passed on to node 1
+  EXPECT_EQ(transport_->control_queued(2), to2);      // not back to node 2
+  fail(2, "three", tag, /*relayed=*/false);           // again: aborted already, nothing passed on
+  EXPECT_EQ(transport_->control_queued(1), to1 + 1);
+
+  const uint32_t tag2 = form("three-again", 8, 10);
+  ASSERT_NE(tag2, 0u);
+  to1 = transport_->control_queued(1);
+  to2 = transport_->control_queued(2);
+  fail(1, "three-again", tag2, /*relayed=*/true);
+  EXPECT_TRUE(aborted("three-again"));
+  EXPECT_EQ(transport_->control_queued(1), to1);
+  EXPECT_EQ(transport_->control_queued(2), to2);
+}
+
 }  // namespace
 }  // namespace collectived::daemon

@@ -99,6 +99,7 @@ CommStats CommStatsOf(const Comm& c) {
   cs.recv_id = c.recv_id;
   if (c.exchange) {
     cs.nodes = c.exchange->plan().nodes;
+    cs.comm_tag = c.exchange->plan().comm_tag;
     cs.exchanges = c.exchange->exchanges();
     cs.exchange_ns = c.exchange->exchange_ns();
     cs.exchange_bytes_sent = c.exchange->bytes_sent();

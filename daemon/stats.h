@@ -44,7 +44,8 @@ struct CommStats {
   // Across nodes: world_size is this node's ranks.
   uint32_t global_world_size = 0;
   std::vector<uint32_t> nodes;
-  uint32_t recv_id = 0;  // the id this node's data tags carry for it (0: none yet)
+  uint32_t recv_id = 0;   // the id this node's data tags carry for it (0: none yet)
+  uint32_t comm_tag = 0;  // the cluster-wide id of its plan (0: not formed across nodes)
   uint64_t exchanges = 0, exchange_ns = 0, exchange_bytes_sent = 0;
   // Host communicators: latency from rank 0's post to its completion, over
   // every op so far (bucket upper bounds of ring::OpCounters' histogram).
