@@ -30,7 +30,11 @@
  * checks its own entry against its Comm and epoch and every other node alive
  * at the plan's epoch; an announcement a plan (or a refusal) used is
  * remembered, and a copy of it arriving later dropped (used_announcements_);
- * control messages travel in order per sender and are
+ * a node that fails the key tells the nodes it names (FailKeyLocked: none it
+ * sees lost), and one that fails its formed part on another node's word
+ * passes that on, once, to the plan's other nodes (OnClusterMessage,
+ * TellSpannedNodesLocked: relayed); control messages travel in order per
+ * sender and are
  * taken only from a node's current, live epoch (cluster/ucx_transport.cc
  * OnControl, cluster/membership.cc Heartbeat). A rank may join twice (one
  * duplicate), one member may leave at any time, members still waiting when
@@ -51,7 +55,9 @@
  * heartbeat timeout). Lost stays lost until node 0 announces a new epoch (a
  * rejoin: cluster/tcp_bootstrap.h RejoinService, ucx_transport.cc
  * ApplyRejoins); a node taking the news loses the old incarnation first if
- * it had not yet (Membership::Rejoin). A restart needs node 0 to see the old
+ * it had not yet (Membership::Rejoin); a transport error loses only the
+ * incarnation its endpoint reached (an old endpoint's late error, after the
+ * news, loses nothing: left out; ENDPOINT_EPOCHLESS adds it). A restart needs node 0 to see the old
  * incarnation lost. By default a restart is also taken to be slower than the
  * transport's report of a dead peer (every survivor saw it lost first) and
  * than a control message between survivors (none in flight); REJOIN_RACE and
@@ -80,16 +86,27 @@
  *   LATE_KEPT          (FORMING, with REUSE) the code before f359e2a: an
  *                      announcement reaching a node after the plan that used
  *                      it (two hops beat one) is kept for the key's next use
+ *   NO_RELAY           (FORMING, with RANK0_ON_0) the code before 22ba88f: a
+ *                      node failing a formed part on another node's word
+ *                      passes nothing on, so a node the first one sees lost
+ *                      (a restart it has not heard of) keeps its part
+ *   ENDPOINT_EPOCHLESS (FORMING, with REJOIN_RACE) the code before d5537d4:
+ *                      the old endpoint's late error loses the restarted
+ *                      node's new incarnation (a false loss between two of
+ *                      three nodes)
  * Configurations (FORMING):
  *   REUSE              a key formed, destroyed and joined again with rank 0
  *                      on another node (safe without crashes)
  *   RANK0_ON_0         rank r on node r: node 0 decides, another restarts.
- *                      What the code does (a counterexample, docs/proof.md):
- *                      a plan naming a restarted node that reaches a third
- *                      node before node 0's news of the restart fails there,
- *                      and that node tells every node of the plan but the
- *                      restarted one (lost there: nothing is sent to it),
- *                      whose part stays formed
+ *                      A plan naming the restarted node that reaches a third
+ *                      node before node 0's news of the restart fails there;
+ *                      that node tells every node of the plan but the
+ *                      restarted one (lost there: nothing is sent to it), and
+ *                      node 0 passes the failure on to it (safe; NO_RELAY:
+ *                      its part stayed formed)
+ * A failure from FailKeyLocked (withdrew) drops the sender's announcement of
+ * the key at the receiver (d5537d4); no configuration here tells it apart
+ * (it matters to a later try of a key after a failed one, not modelled).
  */
 #ifndef N
 #define N 2            /* nodes (2 or 3) */
@@ -110,6 +127,15 @@ byte gone[N * N];      /* ghost: the epoch of x that o declared lost */
 bool upd[N];           /* node 0's news of a rejoin, on its way to o */
 byte rx = 255;         /* the node that restarted */
 byte suspects;
+/* ENDPOINT_EPOCHLESS: o took x's new epoch before seeing the old incarnation
+ * lost (a restart faster than its loss detection), so the old endpoint's
+ * error may still be on its way. In the code it names the incarnation its
+ * endpoint reached (MarkLost's epoch, UcxTransport::OnEndpointError since
+ * d5537d4) and loses nothing once the node has a newer one: not modelled.
+ * The code before marked the node lost, whichever incarnation it was. */
+#ifdef ENDPOINT_EPOCHLESS
+bool late[N];
+#endif
 
 /* o may mark x lost: x crashed or restarted (the transport reports the old
  * incarnation gone), x stopped heartbeating o (it marked o's current epoch
@@ -245,7 +271,9 @@ inline on_rejoin(o, x) {
 #endif
 #define ANN 1          /* JoinAnnounce: a = the ranks joined there | receive id << 4 (0: none) */
 #define FORM 2         /* FormDecision: a = tag, b = the plan */
-#define FAIL 3         /* CommFailure: a = tag (0: still forming) */
+#define FAIL 3         /* CommFailure: a = tag (0: still forming), b = RELAYED or 0 */
+#define RELAYED 1      /* passed on by a node that heard it from another (else
+                        * from FailKeyLocked: withdrew) */
 #define CAPC 10
 /* Per sender and receiver, in order: kind, a, b, the sender's epoch (header;
  * an announcement's epoch field is the same, Membership::SelfEpoch). */
@@ -480,6 +508,9 @@ inline mark_lost(o, x) {
  * new epoch without on_lost. */
 inline rejoin(o) {
   upd[o] = 0;
+#ifdef ENDPOINT_EPOCHLESS
+  late[o] = !lost[(o) * N + rx];
+#endif
 #ifndef REJOIN_SILENT
   if
   :: !lost[(o) * N + rx] -> mark_lost(o, rx)
@@ -505,6 +536,17 @@ end:
        x = 0; m = 0
      }
   :: atomic { upd[o] && !crashed[o] -> rejoin(o) }
+#ifdef ENDPOINT_EPOCHLESS
+     /* the old endpoint's late error, taken as the node's (the new one) */
+  :: atomic {
+       late[o] && !crashed[o] -> late[o] = 0;
+       if
+       :: !lost[(o) * N + rx] -> mark_lost(o, rx)
+       :: else
+       fi;
+       x = 0; m = 0
+     }
+#endif
   od
 }
 
@@ -752,6 +794,43 @@ inline withdraw(n, r) {
   fi
 }
 
+/* Registry::OnClusterMessage, a CommFailure from src for tag tg. One not
+ * relayed comes from FailKeyLocked (withdrew: src's announcement of the key
+ * here is stale, dropped). A part formed here under tg and spanning src
+ * fails; if it had not failed yet and the failure was not relayed, it is
+ * passed on, once, to every other node of the plan but src (which may not
+ * reach them all: it sends nothing to a node it sees lost, RANK0_ON_0). If
+ * none formed, a failure not relayed withdraws the members still forming
+ * here; a relayed one ends only what formed (those may be a later try).
+ * NO_RELAY: the code before 22ba88f, which passed nothing on. */
+inline on_failure(n, src, tg, relayed) {
+  if
+  :: relayed == 0 -> ann[(n) * N + (src)] = 0
+  :: else
+  fi;
+  if
+  :: tg != 0 && fd[n] && ftag[n] == tg && PLAN_OF(fpl[n], src) != 0 ->
+#ifndef NO_RELAY
+     if
+     :: !fab[n] && relayed == 0 ->
+        m = 0;
+        do
+        :: m < N && m != n && m != src && PLAN_OF(fpl[n], m) != 0 -> csend(n, m, FAIL, tg, RELAYED); m++
+        :: m < N && (m == n || m == src || PLAN_OF(fpl[n], m) == 0) -> m++
+        :: m >= N -> break
+        od
+     :: else
+     fi;
+#endif
+     fab[n] = 1
+  :: else ->
+     if
+     :: relayed == 0 -> fail_key(n, 0, 0)
+     :: else
+     fi
+  fi
+}
+
 /* Registry::OnClusterMessage, after UcxTransport::OnControl's check. */
 inline handle(n, src) {
   ctl[(src) * N + (n)] ? kind, a, p, e;
@@ -765,8 +844,7 @@ inline handle(n, src) {
      :: kind == ANN && a != 0 && !USED(n, src, a | ((e - 1) << 3)) -> ann[(n) * N + (src)] = a | ((e - 1) << 3); try_decide(n)
      :: kind == FORM && PLAN_OF(p, src) == 0 -> skip   /* only a node holding ranks decides */
      :: kind == FORM && PLAN_OF(p, src) != 0 -> q = p; apply_form(n, a, q)
-     :: kind == FAIL && a != 0 && fd[n] && ftag[n] == a && PLAN_OF(fpl[n], src) != 0 -> fab[n] = 1
-     :: kind == FAIL && !(a != 0 && fd[n] && ftag[n] == a && PLAN_OF(fpl[n], src) != 0) -> fail_key(n, 0, 0)
+     :: kind == FAIL -> on_failure(n, src, a, p)
      fi
   :: else -> skip   /* refused_: another epoch, or a node lost */
   fi
