@@ -539,6 +539,9 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
                  comm.id, comm.gpu_executor->ops(), comm.gpu_executor->handoff_us_mean());
     after->push_back([ex = std::move(comm.gpu_executor)] { ex->Stop(); });
   }
+  // A failure of it from another node may still come: it must not touch a
+  // later try of the key forming here (spanning.cc, OnClusterMessage).
+  if (comm.exchange) ended_spanning_[{comm.key, comm.exchange->plan().comm_tag}] = ring::NowNs();
   auto node = comms_.extract(comm.id);  // `comm` dies with `node` below
   auto holder = std::make_shared<std::unique_ptr<Comm>>(std::move(node.mapped()));
   after->push_back([holder] { holder->reset(); });

@@ -189,6 +189,9 @@ void Registry::Housekeeping() {
     for (auto uit = used_announcements_.begin(); uit != used_announcements_.end();) {
       uit = now - uit->second > keep_ns ? used_announcements_.erase(uit) : std::next(uit);
     }
+    for (auto eit = ended_spanning_.begin(); eit != ended_spanning_.end();) {
+      eit = now - eit->second > keep_ns ? ended_spanning_.erase(eit) : std::next(eit);
+    }
     // A session whose fd connection never came is a lease that never started.
     for (auto& [id, s] : sessions_) {
       if (!s->bound && now - s->attached_ns > 30'000'000'000LL) unbound.push_back(id);

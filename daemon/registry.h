@@ -336,6 +336,8 @@ class Registry {
   // its one) is dropped, not kept for the key's next use (cluster/model
   // REUSE). Expired with announcements.
   std::map<std::tuple<uint32_t, uint64_t, uint32_t>, int64_t> used_announcements_ COLLECTIVED_GUARDED_BY(mu_);
+  // Communicators across nodes that ended here, as (key, tag), with when.
+  std::map<std::pair<std::string, uint32_t>, int64_t> ended_spanning_ COLLECTIVED_GUARDED_BY(mu_);
   uint64_t refused_control_ COLLECTIVED_GUARDED_BY(mu_) = 0;  // malformed or unexpected control messages
 };
 

@@ -428,8 +428,10 @@ void Registry::OnClusterMessage(uint32_t node, const std::string& payload) {
           for (Comm* c : newly) TellSpannedNodesLocked(*c, status, /*relayed=*/true, node);
         }
         // A relayed failure ends only what formed: members forming under the
-        // key here may already be a later try of it.
-        if (!formed && !m.failure.relayed) FailKeyLocked(m.failure.key, status, {}, 0, &after);
+        // key here may already be a later try of it; so may they after the
+        // communicator of that tag ended here.
+        const bool ended_here = ended_spanning_.count({m.failure.key, m.failure.comm_tag}) != 0;
+        if (!formed && !m.failure.relayed && !ended_here) FailKeyLocked(m.failure.key, status, {}, 0, &after);
         break;
       }
     }

@@ -25,6 +25,8 @@ constexpr uint32_t kOpTimeoutMs = 2000;
 struct Answer {
   int calls = 0;
   Status status;
+  uint64_t session = 0;
+  uint64_t comm_id = 0;
 };
 using AnswerPtr = std::shared_ptr<Answer>;
 
@@ -67,9 +69,11 @@ class SpanningPlanTest : public ::testing::Test {
     r.rank = rank;
     r.op_timeout_ms = kOpTimeoutMs;
     auto a = std::make_shared<Answer>();
-    reg_->Join(r, [a](const Status& s, const JoinResult&) {
+    a->session = session;
+    reg_->Join(r, [a](const Status& s, const JoinResult& result) {
       ++a->calls;
       a->status = s;
+      a->comm_id = result.comm_id;
     });
     return a;
   }
@@ -210,6 +214,33 @@ TEST_F(SpanningPlanTest, OnlyAFailureFromItsSourceWithdrawsMembersStillForming) 
   ASSERT_EQ(a->calls, 1);
   EXPECT_EQ(a->status.code(), StatusCode::kUnavailable) << a->status.ToString();
   EXPECT_TRUE(Contains(a->status.message(), "from node 1")) << a->status.ToString();
+}
+
+// The communicator ended here (its member left cleanly) and the key is
+// tried again; a failure of the old one from another node, late, leaves the
+// new try alone.
+TEST_F(SpanningPlanTest, ALateFailureOfAnEndedCommunicatorLeavesTheNextTryAlone) {
+  AnswerPtr a = Join("again", 2, 1);
+  cluster::SpanningPlan p;
+  p.comm_tag = 77;
+  p.world = 2;
+  p.nodes = {0, 1};
+  p.ranks = {{1}, {0}};
+  p.recv_ids = {RecvId("again"), 7};
+  p.epochs = {100, 101};
+  Plan(1, "again", p);
+  ASSERT_EQ(a->calls, 1);
+  ASSERT_TRUE(a->status.ok()) << a->status.ToString();
+  ASSERT_TRUE(reg_->DestroyCommunicator(a->session, a->comm_id, 0).ok());
+  AnswerPtr next = Join("again", 2, 1);  // a later try of the key
+  cluster::ControlMessage m;
+  m.kind = cluster::ControlMessage::Kind::kFailure;
+  m.failure.key = "again";
+  m.failure.comm_tag = 77;
+  m.failure.code = static_cast<uint32_t>(StatusCode::kAborted);
+  m.failure.reason = "rank 0 left: client disconnected";
+  reg_->OnClusterMessage(1, cluster::EncodeControl(m));
+  EXPECT_EQ(next->calls, 0) << next->status.ToString();
 }
 
 // Node 2 failed the communicator (say, a plan naming a node it had not yet
