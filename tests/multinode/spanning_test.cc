@@ -116,7 +116,8 @@ TEST(SpanningTest, FourNodesUpTo64MiBExact) {
       const auto t0 = std::chrono::steady_clock::now();
       Handle h;
       ASSERT_TRUE(k.comm->AllReduce(b, b, count, DataType::kFloat32, ReduceOp::kSum, &h).ok());
-      ASSERT_TRUE(h.Wait().ok());
+      const Status s = h.Wait();
+      ASSERT_TRUE(s.ok()) << bytes << " bytes, rank " << k.rank << ": " << s.ToString();
       ms[k.rank] = MsSince(t0);
       EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 4, bytes, b.data(), count), 0u)
           << bytes << " bytes, rank " << k.rank;
@@ -373,7 +374,8 @@ TEST(SpanningTest, DisagreementsAreStatusesNotData) {
   // receive took for the other node's part). Before the last piece was
   // marked and the algorithm named in the tag, the shorter op succeeded
   // with the other node's bits; now both fail.
-  for (const auto& [small, large] : {std::pair<uint64_t, uint64_t>{512 << 10, 768 << 10}, {1 << 20, 2 << 20}}) {
+  for (const auto& sizes : {std::pair<uint64_t, uint64_t>{512 << 10, 768 << 10}, {1 << 20, 2 << 20}}) {
+    const uint64_t small = sizes.first, large = sizes.second;  // a lambda may not capture a structured binding (C++17)
     std::vector<Rank> counted = JoinAll(cluster, "differ-count-" + std::to_string(small), {0, 1},
                                         ExecutionMode::kDefault, 1500);
     for (const Rank& k : counted) ASSERT_TRUE(k.joined.ok()) << k.joined.ToString();
