@@ -138,9 +138,10 @@ __device__ inline bool EndBarrier(const DeviceOpArgs& a, uint64_t gen) {
 // The op's generation in *gen; false when the communicator is already aborted
 // (a failed op leaves flags that a later op with the same generation must not
 // trust), and the op only completes. One thread per block reads the abort
-// word: it may live in host memory (a GPU communicator's segment), where a
-// read by every thread of every block costs milliseconds of PCIe round trips
-// (measured: 2.2 ms per op). Single-launch mode posts here: block 0 publishes
+// word: it lives in the control window on the first rank's GPU
+// (ring/gpu_control_layout.h), a peer-GPU read for ranks elsewhere; when it
+// lived in host memory a read by every thread of every block cost
+// milliseconds of PCIe round trips (measured: 2.2 ms per op). Single-launch mode posts here: block 0 publishes
 // the index and the count of posted ops, as LaunchPost would.
 __device__ inline bool BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
   __shared__ uint64_t gen;

@@ -136,7 +136,7 @@ Status Comm::GatherPieces(const void* send, uint64_t count, DataType dt, void* r
   }
   // Through a temporary of `world` pieces, each copied to its place with one 2D copy.
   const uint64_t per = std::max<uint64_t>(1, std::min(count, slot_bytes_ / es));
-  StreamTemp temp(s);
+  StreamTemp temp(s, params_.device);
   COLLECTIVED_RETURN_IF_ERROR(temp.Alloc(world * per * es));
   for (uint64_t off = 0; off < count; off += per) {
     const uint64_t n = std::min(per, count - off);
@@ -174,7 +174,7 @@ Status Comm::AllGather(const void* send, void* recv, size_t count, int datatype,
   const DataType w = WordType(bytes, send, recv);
   if (w != DataType::kUnspecified) return GatherPieces(send, bytes / DataTypeSize(w), w, recv, bytes, bytes, s);
   const uint64_t padded = (bytes + 3) / 4 * 4;
-  StreamTemp in(s);
+  StreamTemp in(s, params_.device);
   COLLECTIVED_RETURN_IF_ERROR(in.Alloc(padded));
   COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(in.get(), send, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync"));
   return GatherPieces(in.get(), padded / 4, DataType::kInt32, recv, bytes, bytes, s);
@@ -203,7 +203,7 @@ Status Comm::Broadcast(const void* send, void* recv, size_t count, int datatype,
     return ReduceIn(recv, recv, bytes / DataTypeSize(w), w, ReduceOp::kSum, s);
   }
   const uint64_t padded = (bytes + 3) / 4 * 4;
-  StreamTemp temp(s);
+  StreamTemp temp(s, params_.device);
   COLLECTIVED_RETURN_IF_ERROR(temp.Alloc(padded));
   COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(temp.get(), 0, padded, s), "cudaMemsetAsync"));
   if (is_root) {
@@ -221,7 +221,7 @@ Status Comm::ReduceScatter(const void* send, void* recv, size_t recvcount, int d
   if (recvcount == 0) return Status::Ok();
   const uint64_t es = DataTypeSize(dt);
   const uint64_t share = recvcount * es;
-  StreamTemp temp(s);
+  StreamTemp temp(s, params_.device);
   COLLECTIVED_RETURN_IF_ERROR(temp.Alloc(share * params_.world));
   COLLECTIVED_RETURN_IF_ERROR(ReduceIn(send, temp.get(), recvcount * params_.world, dt, rop, s));
   return Cuda(cudaMemcpyAsync(recv, temp.get() + share * params_.rank, share, cudaMemcpyDeviceToDevice, s),
@@ -239,7 +239,7 @@ Status Comm::Reduce(const void* send, void* recv, size_t count, int datatype, in
   if (count == 0) return Status::Ok();
   const uint64_t bytes = count * DataTypeSize(dt);
   // Every rank reduces into a temporary (the same op everywhere); the root copies it out.
-  StreamTemp temp(s);
+  StreamTemp temp(s, params_.device);
   COLLECTIVED_RETURN_IF_ERROR(temp.Alloc(bytes));
   COLLECTIVED_RETURN_IF_ERROR(ReduceIn(send, temp.get(), count, dt, rop, s));
   if (root != params_.rank) return Status::Ok();

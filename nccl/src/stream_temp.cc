@@ -51,10 +51,9 @@ cudaStream_t SideStream(int device) {
   return s;
 }
 
-// Allocates `bytes` now, outside the capture, and ties its life to `graph`.
-Status GraphOwnedAlloc(cudaGraph_t graph, uint64_t bytes, void** p) {
-  int device = 0;
-  COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaGetDevice(&device), "cudaGetDevice"));
+// Allocates `bytes` on `device` now, outside the capture, and ties its life
+// to `graph`. The caller has made `device` current.
+Status GraphOwnedAlloc(cudaGraph_t graph, int device, uint64_t bytes, void** p) {
   cudaStream_t side = SideStream(device);
   if (side == nullptr) return Status::Internal("cudaStreamCreate: no stream for graph-owned scratch memory");
   std::vector<std::pair<int, void*>> dead;
@@ -114,7 +113,13 @@ Status StreamTemp::Alloc(uint64_t bytes) {
   COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaStreamGetCaptureInfo(s_, &capture, nullptr, &graph), "cudaStreamGetCaptureInfo"));
   if (capture == cudaStreamCaptureStatusActive) {
     graph_owned_ = true;
-    return GraphOwnedAlloc(graph, bytes, &p_);
+    // The side stream and the pool must be the stream's device's.
+    int current = 0;
+    COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaGetDevice(&current), "cudaGetDevice"));
+    if (current != device_) COLLECTIVED_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
+    Status st = GraphOwnedAlloc(graph, device_, bytes, &p_);
+    if (current != device_) cudaSetDevice(current);
+    return st;
   }
   return Cuda(cudaMallocAsync(&p_, bytes, s_), "cudaMallocAsync");
 }

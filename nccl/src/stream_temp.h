@@ -23,7 +23,9 @@ Status Cuda(cudaError_t e, const char* call);
 // the work enqueued after it has run.
 class StreamTemp {
  public:
-  explicit StreamTemp(cudaStream_t s) : s_(s) {}
+  // `device`: the stream's (the communicator's), which need not be the
+  // thread's current one (ops of several communicators in one group).
+  StreamTemp(cudaStream_t s, int device) : s_(s), device_(device) {}
   ~StreamTemp();
   StreamTemp(const StreamTemp&) = delete;
   StreamTemp& operator=(const StreamTemp&) = delete;
@@ -33,6 +35,7 @@ class StreamTemp {
 
  private:
   cudaStream_t s_;
+  int device_;
   void* p_ = nullptr;
   bool graph_owned_ = false;
 };
