@@ -18,42 +18,11 @@ trap 'rm -rf "$work"' EXIT
 cp "$here/cross_node.pml" "$work/"
 cd "$work" || exit 1
 
-# run NAME EXPECT(safe|small|unsafe) SPIN-DEFINES...
-# small: safe, a search of a second or less.
-fail=0
-run() {
-  local name=$1 expect=$2; shift 2
-  spin -a "$@" cross_node.pml >spin.log 2>&1 || { echo "$name: spin failed"; cat spin.log; fail=1; return; }
-  # A counterexample comes within a few hundred thousand states, and a small
-  # search is over as soon: built unoptimized (a second to build instead of
-  # four to six).
-  local opt=-O2
-  [ "$expect" = safe ] || opt=-O0
-  [ "$expect" = small ] && expect=safe
-  cc $opt -w -DSAFETY -DCOLLAPSE -DMEMLIM=3000 -DVECTORSZ=2048 -o pan pan.c || { echo "$name: cc failed"; fail=1; return; }
-  local start=$SECONDS
-  ./pan -m200000 >pan.log 2>&1
-  local took=$((SECONDS - start)) errors states what
-  errors=$(grep -oE "errors: [0-9]+" pan.log | grep -oE "[0-9]+")
-  states=$(grep -oE "^ *[0-9e.+]+ states, stored" pan.log | grep -oE "[0-9e.+]+" | head -1)
-  what=$(grep -m1 -E "^pan:1:" pan.log | sed 's/^pan:1: //' | cut -c1-110)
-  if grep -q "out of memory\|max search depth too small" pan.log; then
-    echo "$name: search incomplete"; grep -E "out of memory|max search depth" pan.log; fail=1; return
-  fi
-  if [ "$expect" = safe ]; then
-    if [ "${errors:-1}" = 0 ]; then
-      printf '%-46s safe: %s states, %ss\n' "$name" "$states" "$took"
-    else
-      printf '%-46s UNSAFE (expected safe): %s\n' "$name" "$what"; spin -t -p "$@" cross_node.pml | tail -30; fail=1
-    fi
-  else
-    if [ "${errors:-0}" -ge 1 ]; then
-      printf '%-46s counterexample: %s states, %ss: %s\n' "$name" "$states" "$took" "$what"
-    else
-      printf '%-46s NO COUNTEREXAMPLE (the model cannot see this): %s states\n' "$name" "$states"; fail=1
-    fi
-  fi
-}
+# The harness is the op ring's model's (one model-checking convention).
+model=cross_node.pml memlim=3000 cc_extra=-DVECTORSZ=2048 width=46
+# shellcheck source=../../ring/model/spin_run.sh
+source "$here/../../ring/model/spin_run.sh"
+run() { spin_run "$@"; }
 
 # The exchange: a crash anywhere, a restart as epoch 2 and a new communicator.
 # REJOIN_RACE: a restart faster than a survivor's loss detection (every

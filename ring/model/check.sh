@@ -14,35 +14,10 @@ trap 'rm -rf "$work"' EXIT
 cp "$here/op_ring.pml" "$work/"
 cd "$work" || exit 1
 
-# run NAME EXPECT(safe|unsafe) SPIN-DEFINES...
-fail=0
-run() {
-  local name=$1 expect=$2; shift 2
-  spin -a "$@" op_ring.pml >spin.log 2>&1 || { echo "$name: spin failed"; cat spin.log; fail=1; return; }
-  cc -O2 -w -DSAFETY -DCOLLAPSE -DMEMLIM=6000 -o pan pan.c || { echo "$name: cc failed"; fail=1; return; }
-  local start=$SECONDS
-  ./pan -m200000 >pan.log 2>&1
-  local errors states what
-  errors=$(grep -oE "errors: [0-9]+" pan.log | grep -oE "[0-9]+")
-  states=$(grep -oE "^ *[0-9e.+]+ states, stored" pan.log | grep -oE "[0-9e.+]+" | head -1)
-  what=$(grep -m1 -E "^pan:1:" pan.log | sed 's/^pan:1: //')
-  if grep -q "out of memory\|max search depth too small" pan.log; then
-    echo "$name: search incomplete"; grep -E "out of memory|max search depth" pan.log; fail=1; return
-  fi
-  if [ "$expect" = safe ]; then
-    if [ "${errors:-1}" = 0 ]; then
-      printf '%-34s safe: %s states, %ss\n' "$name" "$states" "$((SECONDS - start))"
-    else
-      printf '%-34s UNSAFE (expected safe): %s\n' "$name" "$what"; spin -t -p "$@" op_ring.pml | tail -30; fail=1
-    fi
-  else
-    if [ "${errors:-0}" -ge 1 ]; then
-      printf '%-34s counterexample: %s\n' "$name" "$what"
-    else
-      printf '%-34s NO COUNTEREXAMPLE (the model cannot see this bug): %s states\n' "$name" "$states"; fail=1
-    fi
-  fi
-}
+model=op_ring.pml memlim=6000 cc_extra= width=34
+# shellcheck source=spin_run.sh
+source "$here/spin_run.sh"
+run() { spin_run "$@"; }
 
 run "2 ranks, 2 ops, depth 1" safe -DN=2 -DK=2 -DD=1
 run "2 ranks, 3 ops, depth 2" safe -DN=2 -DK=3 -DD=2
