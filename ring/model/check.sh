@@ -7,14 +7,7 @@
 # Exits 77 (skipped) without spin or a C compiler.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-command -v spin >/dev/null || { echo "no spin: skipped"; exit 77; }
-command -v cc >/dev/null || { echo "no C compiler: skipped"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cp "$here/op_ring.pml" "$work/"
-cd "$work" || exit 1
-
-model=op_ring.pml memlim=6000 cc_extra= width=34
+model_path="$here/op_ring.pml" memlim=6000 cc_extra= width=34
 # shellcheck source=spin_run.sh
 source "$here/spin_run.sh"
 run() { spin_run "$@"; }

@@ -1,11 +1,19 @@
 # One SPIN run of a model, one line out: sourced by ring/model/check.sh and
-# cluster/model/check.sh (which run it in a temp dir holding the model).
+# cluster/model/check.sh. Set before sourcing: model_path (the .pml file),
+# memlim (MB for pan), cc_extra (more cc flags, may be empty), width (of the
+# name column). Sourcing exits 77 (skipped) without spin or a C compiler, and
+# moves into a temp dir (removed at exit) holding a copy of the model.
 #   spin_run NAME EXPECT SPIN-DEFINES...
 # EXPECT: safe (exhaustive, no error), small (safe, a search of a second or
-# less: built unoptimized) or unsafe (a counterexample). Set before: model
-# (the .pml file), memlim (MB for pan), cc_extra (more cc flags, may be
-# empty), width (of the name column). A wrong verdict sets fail=1 and, for
-# an unexpected error, prints the trail's end.
+# less: built unoptimized) or unsafe (a counterexample). A wrong verdict sets
+# fail=1 and, for an unexpected error, prints the trail's end.
+command -v spin >/dev/null || { echo "no spin: skipped"; exit 77; }
+command -v cc >/dev/null || { echo "no C compiler: skipped"; exit 77; }
+spin_work=$(mktemp -d)
+trap 'rm -rf "$spin_work"' EXIT
+cp "$model_path" "$spin_work/"
+cd "$spin_work" || exit 1
+model=$(basename "$model_path")
 fail=0
 spin_run() {
   local name=$1 expect=$2; shift 2
