@@ -2,7 +2,7 @@
 # ../shared/tools/device-bundle (this file copied in beside them): drops the
 # bundled libraries the machine already has, points the loader and the test
 # harness at the bundle's binaries, and sets $out (the device tool's $OUT).
-cd "$(dirname "${BASH_SOURCE[1]}")" || exit 1
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1  # the bundle: this file sits in it
 bash device-bundle prune . > /dev/null
 export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-} COLLECTIVED_BUILD_DIR=$PWD
 export COLLECTIVED_DAEMON_BIN=$PWD/bin/collectived COLLECTIVED_TEST_CLIENT_BIN=$PWD/bin/collectived_test_client

@@ -3,16 +3,44 @@
 # the cuda backend and the test client's GPU communicators (--gpu 1: heap and
 # staged buffers, eager and graph-replayed), two groups of 4 ranks as
 # processes under a private MPS, a rank SIGKILLed in about half the rounds.
-#   MINUTES=9 bash gpu-bundle/gpu_soak.sh        (a device call lasts 10 minutes at most)
-source "$(dirname "$0")/gpu_bundle_env.sh"
-repo=$(cd .. && pwd)
-work=$(mktemp -d)
-export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || echo "MPS did not start"
-python3 "$repo/tests/soak/soak.py" --daemon bin/collectived --client bin/collectived_test_client \
-  --daemon-args "--backend cuda" --client-args "--gpu 1" --minutes "${MINUTES:-9}" --sample-s 60 \
-  --out "$out/gpu-soak" 2>&1 | tee "$out/gpu_soak.txt" | tail -40
-echo "soak rc=${PIPESTATUS[0]}"
-echo quit | nvidia-cuda-mps-control
-rm -rf "$work"
+#   MINUTES=9 bash gpu-bundle/gpu_soak.sh          (inside one device call: 10 minutes at most)
+# The 10-minute soak outlives one call: `start` copies the bundle and the soak
+# to /tmp and launches it in its own process session; `collect` (the next
+# call, within the machine's warm time) waits for it (at most WAIT_S) and
+# copies its outputs to $OUT.
+#   MINUTES=10 SLEEP_S=560 bash gpu-bundle/gpu_soak.sh start; bash gpu-bundle/gpu_soak.sh collect
+set -u
+run=/tmp/soak-bundle log=/tmp/gpu_soak.txt
+soak() {  # soak BUNDLE OUT_DIR
+  source "$1/gpu_bundle_env.sh"
+  local work
+  work=$(mktemp -d)
+  export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || echo "MPS did not start"
+  date -u +"# started %Y-%m-%dT%H:%M:%SZ"
+  python3 soak.py --daemon bin/collectived --client bin/collectived_test_client \
+    --daemon-args "--backend cuda" --client-args "--gpu 1" --minutes "${MINUTES:-9}" --sample-s 60 \
+    --out "$2/gpu-soak" 2>&1
+  echo "soak rc=$?"
+  echo quit | nvidia-cuda-mps-control
+  rm -rf "$work"
+  date -u +"# ended %Y-%m-%dT%H:%M:%SZ"
+}
+case ${1:-} in
+  start)
+    rm -rf "$run" && cp -a "$(dirname "$0")" "$run" && cp "$(dirname "$0")/../tests/soak/soak.py" "$run"/
+    rm -rf /tmp/soak-out && mkdir -p /tmp/soak-out
+    export -f soak
+    setsid nohup bash -c 'soak "$0" /tmp/soak-out' "$run" > "$log" 2>&1 < /dev/null &
+    echo "started: pid $!, ${MINUTES:-9} minutes"
+    sleep "${SLEEP_S:-0}"
+    tail -20 "$log" ;;
+  collect)
+    for _ in $(seq "${WAIT_S:-300}"); do grep -q "^# ended" "$log" 2>/dev/null && break; sleep 1; done
+    cp -r /tmp/soak-out/. "${OUT:-/tmp}"/ && cp "$log" "${OUT:-/tmp}/gpu_soak.txt"
+    tail -40 "$log" ;;
+  *)
+    cp "$(dirname "$0")/../tests/soak/soak.py" "$(dirname "$0")"/
+    soak "$(dirname "$0")" "${OUT:-/tmp}" 2>&1 | tee "${OUT:-/tmp}/gpu_soak.txt" | tail -40 ;;
+esac
