@@ -29,6 +29,11 @@
 //                                        residency is not guaranteed, a run may end in a device deadline)
 //                    [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
 //                    [-r 0|1]           (the reference beside: float32 sum all-reduce only)
+//                    [-K blocks]        (in-process: blocks per rank instead of -B's share of the SMs)
+//                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
+//                                        left out, ring::kSkip* (1 system fences, 2 descriptor match,
+//                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
+//                                        count) and 32 the end barrier; docs/latency.md)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -99,6 +104,8 @@ struct Options {
   int iters = 20, warmup = 5, check = 1, graph = 0;
   bool single_launch = true;  // -p single|post (in-process)
   int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B (in-process)
+  uint32_t blocks = 0;      // -K: blocks per rank (in-process; 0: from -B)
+  uint32_t bench_skip = 0;  // -S: the latency breakdown's parts left out (in-process)
   std::string socket;           // -D: through collectived
   int placement = 1;            // -z: bench::Placement
   bool mpi = false;             // -M: one rank per MPI process
@@ -203,6 +210,7 @@ constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
     "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
+    "         [-K blocks] [-S bits]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -242,6 +250,8 @@ int main(int argc, char** argv) {
     else if (f == "-a") o.spec.algo = v;
     else if (f == "-p") o.single_launch = std::string(v) != "post";
     else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
+    else if (f == "-K") o.blocks = static_cast<uint32_t>(std::atoi(v));
+    else if (f == "-S") o.bench_skip = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
     else if (f == "-D") o.socket = v;
     else if (f == "-z") {
       const std::string z = v;
@@ -322,7 +332,9 @@ int main(int argc, char** argv) {
   const uint64_t in_bytes = max_count * es, out_bytes = (o.spec.gather ? n : 1) * max_count * es;
   std::unique_ptr<RankSet> ranks;
   if (o.socket.empty()) {
-    Check(bench::MakeInProcessRanks(n, in_bytes, out_bytes, o.single_launch, o.blocks_per_sm, &ranks), "init");
+    Check(bench::MakeInProcessRanks(n, in_bytes, out_bytes, o.single_launch, o.blocks_per_sm, o.blocks, o.bench_skip,
+                                    &ranks),
+          "init");
   } else {
     std::vector<uint32_t> local;
     if (o.mpi) {

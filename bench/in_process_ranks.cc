@@ -8,12 +8,16 @@ namespace {
 
 class InProcessRanks : public RankSet {
  public:
-  Status Init(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm) {
+  Status Init(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
+              uint32_t blocks, uint32_t bench_skip) {
     COLLECTIVED_RETURN_IF_ERROR(vr_.Init(n, in_bytes, out_bytes));
     vr_.SetSingleLaunch(single_launch);
+    vr_.SetBenchSkip(bench_skip);
+    bench_skip_ = bench_skip;
     int sms = 0;
     COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0));
     blocks_ = std::max<uint32_t>(1, std::min<uint32_t>(device::kMaxBlocks, blocks_per_sm * sms / n));
+    if (blocks != 0) blocks_ = std::min<uint32_t>(device::kMaxBlocks, blocks);
     for (uint32_t r = 0; r < n; ++r) local_.push_back(r);
     single_launch_ = single_launch;
     return Status::Ok();
@@ -47,7 +51,8 @@ class InProcessRanks : public RankSet {
   }
   std::string Describe() const override {
     return "in-process baseline: " + std::to_string(vr_.world()) + " virtual ranks on one GPU, " +
-           std::to_string(blocks_) + " blocks per rank, " + (single_launch_ ? "single launch" : "post/complete");
+           std::to_string(blocks_) + " blocks per rank, " + (single_launch_ ? "single launch" : "post/complete") +
+           (bench_skip_ != 0 ? ", parts left out (-S) " + std::to_string(bench_skip_) : "");
   }
 
  private:
@@ -55,14 +60,15 @@ class InProcessRanks : public RankSet {
   std::vector<uint32_t> local_;
   uint32_t blocks_ = 1;
   bool single_launch_ = true;
+  uint32_t bench_skip_ = 0;
 };
 
 }  // namespace
 
 Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
-                          std::unique_ptr<RankSet>* out) {
+                          uint32_t blocks, uint32_t bench_skip, std::unique_ptr<RankSet>* out) {
   auto r = std::make_unique<InProcessRanks>();
-  COLLECTIVED_RETURN_IF_ERROR(r->Init(n, in_bytes, out_bytes, single_launch, blocks_per_sm));
+  COLLECTIVED_RETURN_IF_ERROR(r->Init(n, in_bytes, out_bytes, single_launch, blocks_per_sm, blocks, bench_skip));
   *out = std::move(r);
   return Status::Ok();
 }

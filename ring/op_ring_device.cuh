@@ -55,6 +55,11 @@ __device__ inline void RecordError(const DeviceOpArgs& a, int32_t code) {
 
 // Spins until *word >= target; false (error recorded) on abort or deadline.
 __device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, uint64_t target) {
+  if (a.bench_skip & kSkipDeadlinePoll) {
+    while (LoadAcquire(word) < target) {
+    }
+    return true;
+  }
   const uint64_t deadline = NowNs() + a.timeout_ns;
   uint32_t spins = 0;
   while (LoadAcquire(word) < target) {
@@ -81,15 +86,15 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
   __syncthreads();
   if (threadIdx.x < a.world) {
     uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
-    const bool match = phase == 0 && a.descriptors != nullptr;
+    const bool match = phase == 0 && a.descriptors != nullptr && (a.bench_skip & kSkipDescriptorMatch) == 0;
     if (threadIdx.x == a.rank) {
       if (match) {  // every block writes the same row, so whichever flag a peer sees covers it
         uint64_t* mine = a.descriptors + a.rank * kDescriptorWords;
         mine[0] = gen;
         for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
       }
-      __threadfence_system();
-      if (phase == 1 && LoadAcquire(a.abort_word) != 0) {
+      if ((a.bench_skip & kSkipSystemFences) == 0) __threadfence_system();
+      if (phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0 && LoadAcquire(a.abort_word) != 0) {
         // Reads that end after an abort may have overlapped a peer's next
         // op: a peer that left its end barrier on the abort word rewrites
         // its slot (or its caller its buffer). The op fails instead of
@@ -148,7 +153,7 @@ __device__ inline bool BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
   __shared__ int live;
   if (threadIdx.x == 0) {
     gen = (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
-    live = LoadAcquire(a.abort_word) == 0;
+    live = (a.bench_skip & kSkipAbortChecks) != 0 || LoadAcquire(a.abort_word) == 0;
     if (!live) RecordError(a, kDeviceAborted);
     if (a.op_index == nullptr && blockIdx.x == 0) {
       if (a.index_word != nullptr) *a.index_word = gen - 1;
@@ -179,11 +184,14 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence_system();
+    const bool fences = (a.bench_skip & kSkipSystemFences) == 0;
+    if (fences) __threadfence_system();
     // atomicInc wraps to 0 on the last block: the count is ready for the next
     // op even if a wrongly ordered launch ever counted into this one.
-    if (atomicInc(a.finished, gridDim.x - 1) == gridDim.x - 1) {
-      __threadfence_system();
+    const bool last = (a.bench_skip & kSkipCompletionCount) != 0 ? blockIdx.x == 0
+                                                                  : atomicInc(a.finished, gridDim.x - 1) == gridDim.x - 1;
+    if (last) {
+      if (fences) __threadfence_system();
       if (a.trace != nullptr) {
         ClearNextTraceEntry(a.trace, gen);
         uint64_t* e = TraceEntry(a.trace, gen);

@@ -64,7 +64,18 @@ struct DeviceOpArgs {
   bool unsafe_skip_end_barrier = false;
   // Optional: this rank's op trace (kTraceDepth entries).
   uint64_t* trace = nullptr;
+  // The latency breakdown only (collective-bench -S, in-process ranks): kSkip*
+  // bits, each leaving one part of the op protocol out to time what it costs.
+  // Nothing else sets it: the client library and the daemon leave it 0.
+  uint32_t bench_skip = 0;
 };
+
+// bench_skip bits (docs/latency.md).
+constexpr uint32_t kSkipSystemFences = 1;    // __threadfence_system before publishing a flag or done
+constexpr uint32_t kSkipDescriptorMatch = 2; // the device-side matcher in the start barrier
+constexpr uint32_t kSkipDeadlinePoll = 4;    // the deadline and abort polls inside spins
+constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at op begin and before the end flag
+constexpr uint32_t kSkipCompletionCount = 16; // the last-block count: block 0 publishes done alone
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
 // `trace` (optional): this rank's op trace; the post clears the op's entry.

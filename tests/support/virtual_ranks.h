@@ -57,6 +57,10 @@ class VirtualRanks {
   // Single launch: no post/complete kernels; the collective kernel takes its
   // generation from done and publishes done itself.
   void SetSingleLaunch(bool on) { single_launch_ = on; }
+  // The latency breakdown (collective-bench -S): ring::kSkip* bits on every
+  // kernel, plus kBenchSkipEndBarrier for the end barrier (timing only).
+  static constexpr uint32_t kBenchSkipEndBarrier = 32;
+  void SetBenchSkip(uint32_t bits) { bench_skip_ = bits; }
   int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + ring::kFlagWords + 8 * 61); }
   uint64_t* descriptors() const { return words_ + ring::kFlagWords + 8 * 64; }
   // All-gathers pull (each rank writes only its own output) instead of push.
@@ -86,6 +90,8 @@ class VirtualRanks {
     a.timeout_ns = timeout_ns_;
     a.descriptors = descriptors();
     a.desc[0] = count + (rank == skew_rank_ ? skew_ : 0);
+    a.bench_skip = bench_skip_ & ~kBenchSkipEndBarrier;
+    a.unsafe_skip_end_barrier = (bench_skip_ & kBenchSkipEndBarrier) != 0;
     return a;
   }
 
@@ -185,6 +191,7 @@ class VirtualRanks {
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
   uint64_t timeout_ns_ = 0;
+  uint32_t bench_skip_ = 0;
   uint64_t* words_ = nullptr;
   std::vector<gpuStream_t> streams_;
   std::vector<void*> in_, out_;
