@@ -76,6 +76,16 @@ Status ResolveOwnBuffers(const OpDescriptor& d, uint32_t rank, uint32_t world, B
   return Status::Ok();
 }
 
+// Two-shot's shard of rank k: elements [begin, end) of the op, reduced by k.
+struct ShardRange {
+  uint64_t begin, end;
+};
+ShardRange Shard(uint64_t count, uint32_t n, uint32_t k) {
+  const uint64_t chunk = (count + n - 1) / n;
+  const uint64_t begin = std::min<uint64_t>(count, chunk * k);
+  return {begin, std::min<uint64_t>(count, begin + chunk)};
+}
+
 // Where every rank's input is read from, and how.
 struct OpInputs {
   std::vector<const void*> ptrs;  // per rank: its input slot, or its send buffer (zero copy)
@@ -137,19 +147,18 @@ Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDe
       stamp_done();
       return Status::Ok();
     case ring::Algorithm::kTwoShot: {
-      const uint64_t chunk = (d.count + n - 1) / n;
-      const uint64_t begin = std::min<uint64_t>(d.count, chunk * rank);
-      const uint64_t end = std::min<uint64_t>(d.count, begin + chunk);
-      // Reduce own chunk into own shard slot (element `begin` at slot offset 0).
+      const ShardRange own = Shard(d.count, n, rank);
+      // Reduce own shard into own shard slot (element `begin` at slot offset 0).
       std::vector<const void*> shifted(n);
-      for (uint32_t k = 0; k < n; ++k) shifted[k] = static_cast<const uint8_t*>(inputs[k]) + begin * esize;
-      ReduceElements(d.dtype, d.reduce_op, seg.shard_slot(rank), shifted.data(), n, 0, end - begin);
+      for (uint32_t k = 0; k < n; ++k) shifted[k] = static_cast<const uint8_t*>(inputs[k]) + own.begin * esize;
+      ReduceElements(d.dtype, d.reduce_op, seg.shard_slot(rank), shifted.data(), n, 0, own.end - own.begin);
       COLLECTIVED_RETURN_IF_ERROR(Barrier(seg, rank, index, ring::kPhaseMid, StatusCode::kOk, ctx));
       SleepUs(h.debug_delay_copyout_us);  // the copy-out: every shard into the output
       for (uint32_t k = 0; k < n; ++k) {
-        const uint64_t kb = std::min<uint64_t>(d.count, chunk * k);
-        const uint64_t ke = std::min<uint64_t>(d.count, kb + chunk);
-        if (ke > kb) std::memcpy(buf.recv + kb * esize, seg.shard_slot(k), (ke - kb) * esize);
+        const ShardRange shard = Shard(d.count, n, k);
+        if (shard.end > shard.begin) {
+          std::memcpy(buf.recv + shard.begin * esize, seg.shard_slot(k), (shard.end - shard.begin) * esize);
+        }
       }
       stamp_done();
       return Status::Ok();
@@ -183,10 +192,8 @@ Status RunSpanningBody(const CommSegment& seg, uint32_t rank, uint64_t index, co
   const uint8_t* own = reduce && n == 1 ? static_cast<const uint8_t*>(in.ptrs[0]) : staging;
   if (reduce && n > 1) {
     // Reduce-scatter inside the node: this rank's shard of every local input.
-    const uint64_t chunk = (d.count + n - 1) / n;
-    const uint64_t begin = std::min<uint64_t>(d.count, chunk * rank);
-    const uint64_t end = std::min<uint64_t>(d.count, begin + chunk);
-    if (end > begin) ReduceElements(d.dtype, local_op, staging, in.ptrs.data(), n, begin, end);
+    const ShardRange shard = Shard(d.count, n, rank);
+    if (shard.end > shard.begin) ReduceElements(d.dtype, local_op, staging, in.ptrs.data(), n, shard.begin, shard.end);
   } else {
     std::memcpy(staging + uint64_t{ex.StagingSlot(ex.global_rank(rank))} * bytes, buf.send, bytes);
   }
@@ -317,9 +324,21 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
       inputs.skip_own_chunk = own.kind == CollectiveKind::kAllGather && own.send_buffer_id == own.recv_buffer_id &&
                               own.send_offset == own.recv_offset + rank * in_bytes;
     } else if (r.ok()) {
-      std::memcpy(seg.in_slot(rank), buf.send, in_bytes);
       inputs.ptrs.resize(n);
       for (uint32_t k = 0; k < n; ++k) inputs.ptrs[k] = seg.in_slot(k);
+      if (inputs.algorithm == ring::Algorithm::kTwoShot && exchange == nullptr) {
+        // Two-shot: rank k reads only shard k of each slot, so this rank's
+        // own shard of its slot has no reader but itself: it reads that
+        // shard from its send buffer, and copies only the others.
+        const ShardRange own_shard = Shard(own.count, n, rank);
+        const size_t es = DataTypeSize(own.dtype);
+        std::memcpy(seg.in_slot(rank), buf.send, own_shard.begin * es);
+        std::memcpy(static_cast<uint8_t*>(seg.in_slot(rank)) + own_shard.end * es, buf.send + own_shard.end * es,
+                    in_bytes - own_shard.end * es);
+        inputs.ptrs[rank] = buf.send;
+      } else {
+        std::memcpy(seg.in_slot(rank), buf.send, in_bytes);
+      }
     }
     if (!r.ok()) {
       local = r.code();

@@ -71,6 +71,25 @@ TEST(ReduceTest, OutputMayAliasAnInput) {
   for (int i = 0; i < 3000; ++i) ASSERT_EQ(a[i], 3 * i);
 }
 
+// Any of several inputs, and a sub-range: the output block must not be
+// written before every input's block was read (the accumulate-in-output path
+// would lose input 2 if it wrote over it first).
+TEST(ReduceTest, OutputMayAliasAnyOfSeveralInputs) {
+  constexpr int kCount = 5000, kBegin = 700;
+  for (int alias = 0; alias < 3; ++alias) {
+    std::vector<std::vector<int64_t>> in(3, std::vector<int64_t>(kCount));
+    for (int k = 0; k < 3; ++k) {
+      for (int i = 0; i < kCount; ++i) in[k][i] = (k + 1) * 1000 + i;
+    }
+    const void* ptrs[] = {in[0].data(), in[1].data(), in[2].data()};
+    ReduceElements(DataType::kInt64, ReduceOp::kSum, in[alias].data(), ptrs, 3, kBegin, kCount);
+    for (int i = 0; i < kCount; ++i) {
+      const int64_t want = i < kBegin ? (alias + 1) * 1000 + i : 6000 + 3 * i;
+      ASSERT_EQ(in[alias][i], want) << "output aliases input " << alias << ", element " << i;
+    }
+  }
+}
+
 // ---- the executor, ranks as threads -----------------------------------------
 
 }  // namespace
