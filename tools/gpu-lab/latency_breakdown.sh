@@ -4,7 +4,8 @@
 # at 16 KiB / 256 KiB / 1 MiB, 2 and 8 ranks: the full protocol with the
 # reference beside it (-r 1), then the same with each part left out
 # (collective-bench -S, ring::kSkip* bits; 32 the end barrier), all parts at
-# once, and fewer blocks per rank (-K). With bin/collective-bench-old (a
+# once, and fewer blocks per rank (-K); then the same sizes through the
+# daemon (client-executed, zero copy), reference beside. With bin/collective-bench-old (a
 # build before a cut, packed by hand) the same runs of it come first, so
 # before and after share one run. Outputs under $OUT.
 #   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, BLOCKS)
@@ -14,6 +15,11 @@ bench() {
   shift
   "$bin" -t all_reduce -p single -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G 10 "$@" 2>&1 | grep -v "^# least"
 }
+work=$(mktemp -d)
+bin/collectived --socket "$work/c.sock" --backend cuda --max-message-bytes $((64 << 20)) --log-level warn \
+  > "$work/d.log" 2>&1 &
+d=$!
+for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
 bins=bin/collective-bench
 [ -x bin/collective-bench-old ] && bins="bin/collective-bench-old $bins"
 {
@@ -32,6 +38,12 @@ bins=bin/collective-bench
         echo "## round $round, $g ranks, bin/collective-bench: -K $k (blocks per rank)"
         bench bin/collective-bench -g "$g" -K "$k"
       done
+      # The issue's target: through the daemon (client-executed, zero copy on
+      # the heap, ranks as sessions of one process), reference beside.
+      echo "## round $round, $g ranks, through the daemon (-z 1), reference beside (-r 1)"
+      bench bin/collective-bench -D "$work/c.sock" -k "l$g$round" -g "$g" -z 1 -r 1
     done
   done
 } 2>&1 | tee "$out/latency_breakdown.txt"
+kill "$d"; wait "$d"
+rm -rf "$work"
