@@ -93,11 +93,15 @@ struct OpInputs {
   bool skip_own_chunk = false;    // in-place all-gather: this rank's chunk already holds its input
 };
 
-// Reading inputs where they are needs no rank whose output is another rank's
-// buffer and no rank whose send and recv ranges partially overlap (exactly in
-// place is fine). From the descriptors alone, so every rank decides the same.
-bool BuffersAllowReadsInPlace(const OpDescriptor* const* descs, uint32_t n, bool* any_in_place) {
+// Zero copy needs every rank's buffers mapped here and no rank whose send and
+// recv ranges partially overlap. Every rank decides from the same
+// descriptors, so every rank decides the same.
+bool CanReadInPlace(const OpDescriptor* const* descs, uint32_t n, BufferResolver& resolver, bool* any_in_place) {
   *any_in_place = false;
+  // Below this a copy into the slot costs less than resolving every peer's
+  // buffer (a registry lookup each): 1-element ops lost a third of their rate.
+  constexpr uint64_t kZeroCopyMinBytes = 64 * 1024;
+  if (!resolver.ResolvesPeers() || descs[0]->count * DataTypeSize(descs[0]->dtype) < kZeroCopyMinBytes) return false;
   for (uint32_t k = 0; k < n; ++k) {
     for (uint32_t j = 0; j < n; ++j) {  // a session holding two ranks could share buffers between them
       if (j != k && (descs[k]->recv_buffer_id == descs[j]->send_buffer_id ||
@@ -119,42 +123,6 @@ bool BuffersAllowReadsInPlace(const OpDescriptor* const* descs, uint32_t n, bool
     }
   }
   return true;
-}
-
-// Zero copy needs every rank's buffers mapped here and the rule above.
-bool CanReadInPlace(const OpDescriptor* const* descs, uint32_t n, BufferResolver& resolver, bool* any_in_place) {
-  *any_in_place = false;
-  // Below this a copy into the slot costs less than resolving every peer's
-  // buffer (a registry lookup each): 1-element ops lost a third of their rate.
-  constexpr uint64_t kZeroCopyMinBytes = 64 * 1024;
-  if (!resolver.ResolvesPeers() || descs[0]->count * DataTypeSize(descs[0]->dtype) < kZeroCopyMinBytes) return false;
-  return BuffersAllowReadsInPlace(descs, n, any_in_place);
-}
-
-// Small daemon-executed ops of one node run fused: rank 0's executor reads
-// every input where it is and writes every output, then completes every
-// rank; the others' executors skip the op. One thread touches every buffer,
-// so no barrier is needed (every read ends before any rank completes, and a
-// completion follows its output's last write), and no handoff between the
-// ranks' threads: on few cores those cost more than the data. Up to this many
-// bytes written in all, where one core moves it faster than the threads meet.
-constexpr uint64_t kFusedMaxBytes = 256 * 1024;
-
-// Whether op `descs` (matched and valid) runs fused. From the descriptors and
-// the communicator's parameters alone, so every rank decides the same. Not
-// with the negative controls or debug delays (they time the barriers).
-bool RunsFused(const CommSegment& seg, const OpDescriptor* const* descs, uint32_t n, BufferResolver& resolver,
-               const NodeExchange* exchange) {
-  const ring::SegmentParams& h = seg.params();
-  if (exchange != nullptr || !resolver.ResolvesPeers() || h.unsafe_flags != 0 || h.debug_delay_rank >= 0 ||
-      h.debug_delay_copyout_us != 0) {
-    return false;
-  }
-  const OpDescriptor& d = *descs[0];
-  const uint64_t in = d.count * DataTypeSize(d.dtype);
-  const uint64_t written = d.kind == CollectiveKind::kAllGather ? in * n * n : in * n;
-  bool any_in_place = false;
-  return written <= kFusedMaxBytes && BuffersAllowReadsInPlace(descs, n, &any_in_place);
 }
 
 // The data phases between the start and end barriers.
@@ -288,79 +256,6 @@ void CountOp(const CommSegment& seg, uint32_t rank, uint64_t index, bool matched
   c.latency_sum_ns.fetch_add(took > 0 ? static_cast<uint64_t>(took) : 0, std::memory_order_relaxed);
 }
 
-// Who completes rank k's fused op `index`: rank 0's executor, or rank k's
-// own when it finds the communicator aborted. Exactly one claims it, by
-// moving rank k's end flag (which a fused op does not use otherwise) to the
-// op's generation.
-bool ClaimFusedCompletion(const CommSegment& seg, uint32_t k, uint64_t index) {
-  std::atomic<uint64_t>& word = seg.control(k).phase_flag[ring::kPhaseEnd].value;
-  uint64_t cur = word.load(std::memory_order_acquire);
-  while (ring::PhaseFlagGeneration(cur) < index + 1) {
-    if (word.compare_exchange_weak(cur, ring::EncodePhaseFlag(index, StatusCode::kOk), std::memory_order_acq_rel)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Rank 0's executor runs fused op `index` for every rank (RunsFused) and
-// completes each; a buffer that does not resolve fails the op on every rank.
-// It claims every rank's completion before touching any buffer: a rank whose
-// executor claimed it first (an abort) may have its buffers back already.
-Status RunFused(const CommSegment& seg, uint64_t index, const OpDescriptor* const* descs, BufferResolver& resolver) {
-  const uint32_t n = seg.world_size();
-  const OpDescriptor& d = *descs[0];
-  const uint64_t bytes = d.count * DataTypeSize(d.dtype);
-  std::vector<OpBuffers> bufs(n);
-  std::vector<bool> claimed(n);
-  Status verdict = Status::Ok();
-  for (uint32_t k = 0; k < n; ++k) {
-    claimed[k] = ClaimFusedCompletion(seg, k, index);
-    if (!claimed[k]) verdict = seg.AbortStatus();  // claimed by its own executor only once aborted
-  }
-  for (uint32_t k = 0; verdict.ok() && k < n; ++k) {
-    Status r = ResolveOwnBuffers(*descs[k], k, n, resolver, &bufs[k]);
-    if (!r.ok()) verdict = Status(r.code(), "rank " + std::to_string(k) + ": " + r.message());
-  }
-  int64_t reads_done = 0, output_done = 0;
-  if (verdict.ok()) {
-    if (d.kind == CollectiveKind::kAllReduce) {
-      // The result once, into rank 0's output (which may be its input), then
-      // copied: no other output is any rank's input (BuffersAllowReadsInPlace).
-      std::vector<const void*> inputs(n);
-      for (uint32_t k = 0; k < n; ++k) inputs[k] = bufs[k].send;
-      ReduceElements(d.dtype, d.reduce_op, bufs[0].recv, inputs.data(), n, 0, d.count);
-      reads_done = ring::NowNs();
-      for (uint32_t k = 1; k < n; ++k) std::memcpy(bufs[k].recv, bufs[0].recv, bytes);
-    } else {
-      // Chunk j of each output from rank j's input; an in-place input already
-      // is its own chunk, and no output holds another rank's input.
-      for (uint32_t k = 0; k < n; ++k) {
-        for (uint32_t j = 0; j < n; ++j) {
-          uint8_t* to = bufs[k].recv + j * bytes;
-          if (to != bufs[j].send) std::memcpy(to, bufs[j].send, bytes);
-        }
-      }
-      reads_done = ring::NowNs();
-    }
-    output_done = ring::NowNs();
-    // A peer's client that died meanwhile (an abort) may reuse its buffers:
-    // once aborted, the op does not succeed (as in ExecuteOp).
-    if (seg.aborted()) verdict = seg.AbortStatus();
-  }
-  if (!verdict.ok()) reads_done = output_done = 0;
-  seg.header().ops_fused.fetch_add(1, std::memory_order_relaxed);
-  CountOp(seg, 0, index, true, verdict);
-  for (uint32_t k = 0; k < n; ++k) {
-    if (!claimed[k]) continue;
-    ring::StatusRecord& trace = seg.status_record(k, index);
-    trace.reads_done_ns.store(reads_done, std::memory_order_relaxed);
-    trace.output_done_ns.store(output_done, std::memory_order_release);
-    ring::CompleteOp(seg, k, index, verdict);
-  }
-  return verdict;
-}
-
 }  // namespace
 
 Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
@@ -378,21 +273,16 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     return final;
   };
 
-  // This rank's trace entry and status text start clear; not before the op
-  // is known not to run fused, whose runner writes them for every rank.
-  auto clear_own_record = [&] {
-    seg.slot(rank, index).status_message[0] = '\0';  // this op's text (a prologue failure writes it)
-    ring::StatusRecord& trace = seg.status_record(rank, index);
-    trace.reads_done_ns.store(0, std::memory_order_relaxed);
-    trace.output_done_ns.store(0, std::memory_order_relaxed);
-    trace.completed_ns.store(0, std::memory_order_relaxed);
-  };
+  seg.slot(rank, index).status_message[0] = '\0';  // this op's text (a prologue failure writes it)
+  ring::StatusRecord& trace = seg.status_record(rank, index);
+  trace.reads_done_ns.store(0, std::memory_order_relaxed);
+  trace.output_done_ns.store(0, std::memory_order_relaxed);
+  trace.completed_ns.store(0, std::memory_order_relaxed);
   // Prologue: every rank's descriptor, matched and validated identically.
   std::vector<const OpDescriptor*> descs(n);
   for (uint32_t k = 0; k < n; ++k) {
     Status s = ring::WaitAtLeast(seg.slot(k, index).ready_seq, index + 1, ctx, "a peer to post");
     if (!s.ok()) {
-      clear_own_record();
       return fail_hard(Status(s.code(), "rank " + std::to_string(rank) + ", op " + std::to_string(index) +
                                             ": rank " + std::to_string(k) + " did not post (" + s.message() + ")"));
     }
@@ -402,52 +292,13 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
   // earlier op ended on the abort word may still be reading this rank's
   // slots (the end barrier held nobody for it). The abort is sticky, and
   // every failed barrier raises it (fail_hard) before its rank moves on.
-  if (seg.aborted()) {
-    clear_own_record();
-    return fail_hard(seg.AbortStatus());
-  }
+  if (seg.aborted()) return fail_hard(seg.AbortStatus());
   Status verdict = ring::MatchDescriptors(index, descs.data(), n);
   const bool matched = verdict.ok();
   for (uint32_t k = 0; verdict.ok() && k < n; ++k) {
     Status v = ring::ValidateDescriptor(*descs[k], seg.params().max_message_bytes);
     if (!v.ok()) verdict = Status(v.code(), "rank " + std::to_string(k) + ": " + v.message());
   }
-  if (verdict.ok() && RunsFused(seg, descs.data(), n, resolver, exchange)) {
-    // Rank 0 runs it for every rank once every rank has read the descriptors
-    // (its start flag): a completed op's slots are the clients' again. The
-    // others go on to their next op, whose start barrier waits for rank 0,
-    // which completes this one first.
-    // Rank 0 completes the op of every rank whose flag it saw, also when it
-    // gives up. A rank that finds the communicator aborted right after its
-    // flag (rank 0 may have looked before) claims the completion itself
-    // unless rank 0 did (ClaimFusedCompletion). The seq_cst fences pair the
-    // flag with the abort word: either side sees the other's write.
-    if (rank != 0) {
-      ring::PublishWord(seg.control(rank).phase_flag[ring::kPhaseStart].value,
-                        ring::EncodePhaseFlag(index, StatusCode::kOk));
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (!seg.aborted() || !ClaimFusedCompletion(seg, rank, index)) return Status::Ok();
-      clear_own_record();
-      const Status final = seg.AbortStatus();
-      ring::CompleteOp(seg, rank, index, final);
-      return final;
-    }
-    Status s = Barrier(seg, rank, index, ring::kPhaseStart, StatusCode::kOk, ctx);
-    if (!s.ok()) {
-      clear_own_record();
-      const Status final = fail_hard(s);  // aborts the communicator
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      for (uint32_t k = 1; k < n; ++k) {
-        const uint64_t flag = seg.control(k).phase_flag[ring::kPhaseStart].value.load(std::memory_order_acquire);
-        if (ring::PhaseFlagGeneration(flag) >= index + 1 && ClaimFusedCompletion(seg, k, index)) {
-          ring::CompleteOp(seg, k, index, final);
-        }
-      }
-      return final;
-    }
-    return RunFused(seg, index, descs.data(), resolver);
-  }
-  clear_own_record();
   const OpDescriptor own = *descs[rank];
   OpBuffers buf;
   OpInputs inputs;

@@ -152,7 +152,7 @@ TEST(HostExecutorTest, AllCollectivesEveryTypeBothAlgorithmsBothPlacements) {
                                   &idx[r]).ok());
           }
           for (uint32_t r = 0; r < n; ++r) {
-            { Status w = comm.Wait(r, idx[r]); ASSERT_TRUE(w.ok()) << w.ToString(); }
+            ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
             EXPECT_EQ(testing::CountWrongAllGather(dt, n, seed, recv[r], count), 0u)
                 << "all_gather n=" << n << " " << DataTypeName(dt) << " count=" << count;
           }
@@ -248,12 +248,8 @@ TEST(HostExecutorTest, MismatchFailsOnEveryRankAndTheNextOpStillWorks) {
   EXPECT_EQ(comm.seg.header().ops_completed.load(), 1u);
 }
 
-// Client-executed, and daemon-executed (where the op runs fused).
-class BadBufferTest : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(ClientAndDaemonExecuted, BadBufferTest, ::testing::Bool());
-TEST_P(BadBufferTest, OneRanksBadBufferFailsTheOpOnEveryRank) {
+TEST(HostExecutorTest, OneRanksBadBufferFailsTheOpOnEveryRank) {
   LocalComm comm(2, 4096, 1024);
-  comm.zero_copy = GetParam();
   comm.StartExecutors();
   comm.AddBuffer(0, 1, 4096);
   comm.AddBuffer(1, 1, 64);  // too small for rank 1's 128-byte message
@@ -268,20 +264,6 @@ TEST_P(BadBufferTest, OneRanksBadBufferFailsTheOpOnEveryRank) {
     EXPECT_NE(s.message().find("rank 1: range outside buffer"), std::string::npos) << s.message();
   }
   EXPECT_FALSE(comm.seg.aborted());
-  EXPECT_EQ(comm.seg.header().ops_fused.load(), GetParam() ? 1u : 0u);
-  // The communicator goes on: the next op, with buffers that fit, is exact.
-  comm.AddBuffer(1, 2, 4096);
-  for (uint32_t r = 0; r < 2; ++r) {
-    testing::FillInput(DataType::kFloat32, ReduceOp::kSum, r, 5, comm.AddBuffer(r, 3, 128), 32);
-    ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 32, 3, 0, 3, 0),
-                          &idx[r]).ok());
-  }
-  for (uint32_t r = 0; r < 2; ++r) {
-    ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
-    void* p = nullptr;
-    ASSERT_TRUE(comm.Resolve(r, 3, 0, 128, &p).ok());
-    EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 2, 5, p, 32), 0u);
-  }
 }
 
 TEST(HostExecutorTest, MissingRankTimesOutEveryRankWithoutHanging) {
@@ -323,16 +305,10 @@ TEST(HostExecutorTest, AbortReleasesRanksWaitingInABarrier) {
   EXPECT_LT(ring::NowNs() - t0, 1'000'000'000);
 }
 
-// Many ops in flight per rank (more than the ring depth), mixed kinds; with
-// zero copy (daemon-executed) most run fused, and rank 0's executor completes
-// other ranks' ops before their own executors read them: their clients reuse
-// the slots meanwhile.
-class ManyOpsTest : public ::testing::TestWithParam<bool> {};
-INSTANTIATE_TEST_SUITE_P(ClientAndDaemonExecuted, ManyOpsTest, ::testing::Bool());
-TEST_P(ManyOpsTest, ManyOpsInFlightStayOrderedAndExact) {
+// Many ops in flight per rank (more than the ring depth), mixed kinds.
+TEST(HostExecutorTest, ManyOpsInFlightStayOrderedAndExact) {
   const uint32_t n = 4;
   LocalComm comm(n, 16 * 1024, 2048);
-  comm.zero_copy = GetParam();
   comm.StartExecutors();
   const int kOps = 200;
   std::vector<std::thread> posters;
@@ -371,104 +347,6 @@ TEST_P(ManyOpsTest, ManyOpsInFlightStayOrderedAndExact) {
   EXPECT_EQ(failed.load(), 0u);
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_EQ(comm.seg.header().ops_completed.load(), static_cast<uint64_t>(kOps));
-  if (GetParam()) {
-    EXPECT_GT(comm.seg.header().ops_fused.load(), static_cast<uint64_t>(kOps / 2));
-  }
-}
-
-// Daemon-executed ops up to kFusedMaxBytes written in all run fused (one
-// thread, every rank): exact in and out of place, each rank's trace ordered
-// (reads, output, completion); larger ops, client-executed ones and a
-// communicator with a debug delay do not.
-TEST(HostExecutorTest, SmallDaemonExecutedOpsRunFusedForEveryRank) {
-  for (bool zero_copy : {true, false}) {
-    const uint32_t n = 3;
-    LocalComm comm(n, 128 * 1024, 4096);
-    comm.zero_copy = zero_copy;
-    comm.StartExecutors();
-    uint64_t seed = 7, ops = 0;
-    for (uint64_t count : {uint64_t{1}, uint64_t{1000}, uint64_t{20000}, uint64_t{30000}}) {  // 30000 x 4 x 3 > 256 KiB
-      for (bool in_place : {false, true}) {
-        ++seed, ++ops;
-        std::vector<uint8_t*> recv(n);
-        std::vector<uint64_t> idx(n);
-        for (uint32_t r = 0; r < n; ++r) {
-          uint8_t* send = comm.AddBuffer(r, 1, count * 4);
-          recv[r] = in_place ? send : comm.AddBuffer(r, 2, count * 4);
-          testing::FillInput(DataType::kFloat32, ReduceOp::kAvg, r, seed, send, count);
-          if (!in_place) testing::Poison(DataType::kFloat32, recv[r], count);
-          ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kAvg, count, 1, 0,
-                                        in_place ? 1 : 2, 0),
-                                &idx[r]).ok());
-        }
-        for (uint32_t r = 0; r < n; ++r) {
-          Status w = comm.Wait(r, idx[r]);
-          ASSERT_TRUE(w.ok()) << w.ToString();
-          EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kAvg, n, seed, recv[r], count), 0u)
-              << "count " << count << (in_place ? " in place" : "") << " rank " << r;
-          const ring::StatusRecord& t = comm.seg.status_record(r, idx[r]);
-          EXPECT_GT(t.reads_done_ns.load(), 0);
-          EXPECT_LE(t.reads_done_ns.load(), t.output_done_ns.load());
-          EXPECT_LE(t.output_done_ns.load(), t.completed_ns.load());
-        }
-      }
-      ++seed, ++ops;  // all-gather in place
-      std::vector<uint8_t*> recv(n);
-      std::vector<uint64_t> idx(n);
-      for (uint32_t r = 0; r < n; ++r) {
-        recv[r] = comm.AddBuffer(r, 3, n * count * 2);
-        testing::Poison(DataType::kBFloat16, recv[r], n * count);
-        testing::FillInput(DataType::kBFloat16, ReduceOp::kUnspecified, r, seed, recv[r] + r * count * 2, count);
-        ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllGather, DataType::kBFloat16, ReduceOp::kUnspecified, count,
-                                      3, r * count * 2, 3, 0),
-                              &idx[r]).ok());
-      }
-      for (uint32_t r = 0; r < n; ++r) {
-        ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
-        EXPECT_EQ(testing::CountWrongAllGather(DataType::kBFloat16, n, seed, recv[r], count), 0u) << count;
-      }
-    }
-    // Fused: every all-reduce and all-gather but the 30000-element ones
-    // (all-reduce 360000 bytes written, all-gather 540000 > 256 KiB) and the
-    // 20000-element all-gather (360000).
-    EXPECT_EQ(comm.seg.header().ops_fused.load(), zero_copy ? ops - 4 : 0u);
-    EXPECT_EQ(comm.seg.header().ops_failed.load(), 0u);
-  }
-  LocalComm delayed(2, 4096, 1024, 5000, /*delay_rank=*/1, /*delay_us=*/100);
-  delayed.zero_copy = true;
-  delayed.StartExecutors();
-  std::vector<uint64_t> idx(2);
-  for (uint32_t r = 0; r < 2; ++r) {
-    delayed.AddBuffer(r, 1, 64);
-    ASSERT_TRUE(delayed.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, 4, 1, 0, 1, 0),
-                             &idx[r]).ok());
-  }
-  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(delayed.Wait(r, idx[r]).ok());
-  EXPECT_EQ(delayed.seg.header().ops_fused.load(), 0u);  // the delay times the barriers
-}
-
-// A fused op whose rank 1 executor never reads it: rank 0 gives up at the
-// deadline and aborts; rank 1's executor, started late, completes its own op
-// with the abort instead of leaving its client waiting.
-TEST(HostExecutorTest, FusedOpWithAStalledExecutorFailsEveryRank) {
-  LocalComm comm(2, 4096, 1024, /*timeout_ms=*/200);
-  comm.zero_copy = true;
-  comm.executors.push_back(std::make_unique<RankExecutor>(comm.seg, 0, &comm));
-  comm.executors.back()->Start();
-  std::vector<uint64_t> idx(2);
-  for (uint32_t r = 0; r < 2; ++r) {
-    comm.AddBuffer(r, 1, 64);
-    ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, 4, 1, 0, 1, 0),
-                          &idx[r]).ok());
-  }
-  Status s0 = comm.Wait(0, idx[0]);
-  EXPECT_EQ(s0.code(), StatusCode::kDeadlineExceeded) << s0.ToString();
-  EXPECT_NE(s0.message().find("rank 1 did not reach the start barrier"), std::string::npos) << s0.message();
-  comm.executors.push_back(std::make_unique<RankExecutor>(comm.seg, 1, &comm));
-  comm.executors.back()->Start();
-  Status s1 = comm.Wait(1, idx[1]);
-  EXPECT_EQ(s1.code(), StatusCode::kDeadlineExceeded) << s1.ToString();
-  EXPECT_EQ(comm.seg.header().ops_fused.load(), 0u);  // it never ran
 }
 
 }  // namespace

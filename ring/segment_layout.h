@@ -131,7 +131,6 @@ struct alignas(kCacheLine) CommHeader {
   alignas(kCacheLine) std::atomic<uint64_t> ops_matched;
   std::atomic<uint64_t> ops_completed;
   std::atomic<uint64_t> ops_failed;
-  std::atomic<uint64_t> ops_fused;  // daemon-executed ops one thread ran for every rank (host executor)
   alignas(kCacheLine) OpCounters counters;
 };
 
