@@ -7,8 +7,11 @@
  * every peer's slot (no rank reads a slot a peer is rewriting, and no flag or
  * ready word of an earlier op or graph replay is taken for this one's); a
  * waiter that sees an op complete without an error finds every write of it
- * done; a staging cell never changes role. Progress: no invalid end state
- * (every wait ends: on its condition, or on the abort word a deadline sets).
+ * done; a staging cell never changes role; every completion of a rank is of
+ * its next op (none twice, none skipped, in order); no executor writes a
+ * rank's output once its client may see the op completed. Progress: no
+ * invalid end state (every wait ends: on its condition, or on the abort word
+ * a deadline sets).
  *
  * Per rank: a poster (takes op indices, waits for the slot's previous
  * occupant, writes the descriptor, publishes ready = index + 1), an executor
@@ -29,6 +32,29 @@
  *   ABORT_UNCHECKED       an executor goes on after a failed op without looking at
  *                         the abort word (found by the soak: a peer's slot rewritten
  *                         under a slow reader, whose op then succeeded)
+ *
+ * FUSED=mask: op i runs fused where bit i is set (small daemon-executed host
+ * ops, docs/protocol.md "Fused"): every executor reads every descriptor;
+ * rank k != 0 publishes its start flag and, unless it then finds the abort
+ * word raised and wins its own completion's claim, goes on to its next op;
+ * rank 0 waits for every start flag, claims every rank's completion (a CAS
+ * of the rank's end flag to the op's generation), reads every input where
+ * it is, writes every output, looks at the abort word and completes every
+ * rank it claimed; a start barrier that ends on the abort word completes the
+ * op of every rank whose flag rank 0 then sees and whose claim it wins.
+ * Asserted besides: every op is completed once every executor is done; a
+ * rank that skips a fused op read only that op's descriptors; a read of a
+ * rank's input or descriptor once its client may see the op completed makes
+ * a success an error. As in the code of b9ee2e1 this is unsafe
+ * (docs/proof.md: an abort leaves a skipped op never completed, or lets a
+ * rank's later op complete first while rank 0 still writes the earlier
+ * one's output);
+ * FUSED_WAIT_OWN is a candidate fix, not the code: rank k != 0 goes on only
+ * once its op is completed (by rank 0, or on the abort word by itself if it
+ * wins the claim). Unsafe variants of the fused path (each on the fix):
+ *   NO_FUSED_START_WAIT   rank 0 runs the op without waiting for the start flags
+ *   NO_FUSED_CLAIM        completions are not claimed: each side just completes
+ *   FUSED_COMPLETE_EARLY  rank 0 completes every rank before writing the outputs
  */
 #ifndef N
 #define N 2            /* ranks */
@@ -39,6 +65,10 @@
 #ifndef D
 #define D 2            /* ring depth */
 #endif
+#ifndef FUSED
+#define FUSED 0        /* bit i: op i runs fused */
+#endif
+#define IS_FUSED(i) ((FUSED >> (i)) & 1)
 #define WRITING 255    /* a slot or cell being rewritten */
 #define NONE 254
 #define CELLS (3 * N)  /* the staging region: input and shard slots */
@@ -56,6 +86,9 @@ bit written[N * K];    /* every write of op i to rank r's output is done */
 bit failed[N * K];     /* op i of rank r completed with an error */
 bool aborted;
 bool stopped_posting;  /* NO_DEADLINE: a member died before posting */
+#if FUSED
+byte finished;         /* executors past their last op */
+#endif
 
 /* Ops alternate in size; odd ops are large and run two-shot. */
 #define SIZE(i) (1 + (i) % 2)
@@ -84,7 +117,7 @@ bool stopped_posting;  /* NO_DEADLINE: a member died before posting */
 #define IS_READY(s, i) (ready[s] == 1)
 #else
 #define READY_VALUE(i) ((i) + 1)
-#define IS_READY(s, i) (ready[s] == (i) + 1)
+#define IS_READY(s, i) (ready[s] >= (i) + 1)  /* WaitAtLeast, as the executor waits */
 #endif
 
 /* Waits for every rank's flag of phase `ph` of op i, or the abort word. */
@@ -98,6 +131,29 @@ inline barrier(ph, i) {
      fi
   :: k >= N -> break
   od
+}
+
+/* Completes op i of rank k (CompleteOp): of all of k's ops the next one,
+ * none twice, none skipped. */
+inline complete(k, i) {
+  d_step {
+    assert(completed[k] == i);
+    completed[k] = i + 1
+  }
+}
+
+/* ClaimFusedCompletion: a CAS of rank k's end flag to op i's generation. */
+inline claim(k, i) {
+#ifdef NO_FUSED_CLAIM
+  won = 1
+#else
+  atomic {
+    if
+    :: flag[END * N + (k)] < (i) + 1 -> flag[END * N + (k)] = (i) + 1; won = 1
+    :: else -> won = 0
+    fi
+  }
+#endif
 }
 
 /* A write of a staging cell in two steps (a rewrite is not atomic), and
@@ -135,6 +191,10 @@ proctype Poster(byte r) {
 proctype Executor(byte r) {
   byte i = 0, k;
   bit bad;  /* this op read a descriptor or data that is not its own */
+#if FUSED
+  bit won, lost;  /* fused: a claim won; the op fails */
+  byte claimed;   /* fused, rank 0: a bit per rank whose completion it claimed */
+#endif
   do
   :: i < K ->
      bad = 0;
@@ -152,7 +212,12 @@ proctype Executor(byte r) {
      /* No slot is written after an abort: a peer may still read it. */
      if
      :: aborted -> goto failop
+#if FUSED
+     :: !aborted && IS_FUSED(i) -> goto fused
+     :: !aborted && !IS_FUSED(i)
+#else
      :: else
+#endif
      fi;
 #endif
      write_cell(IN_CELL(r, i), r, i);
@@ -182,7 +247,7 @@ proctype Executor(byte r) {
      :: else
      fi;
 #ifdef EVENT_BEFORE_EPILOGUE
-     completed[r] = i + 1;
+     complete(r, i);
 #endif
      written[r * K + i] = 1;
 #ifndef ABORT_UNCHECKED
@@ -200,17 +265,184 @@ proctype Executor(byte r) {
      /* Past every barrier of the op: it succeeds, so it must have read
       * only its own op's descriptors and data. */
      assert(!bad);
-     completed[r] = i + 1;
+#ifndef EVENT_BEFORE_EPILOGUE
+     complete(r, i);
+#endif
      goto next;
 failop:
      /* Failed (a wait ended on the abort word): complete it with the
       * abort's status and go on to the next op, as the executor does. */
+#ifdef EVENT_BEFORE_EPILOGUE
+     /* Completed early: a failure later returns without completing again. */
+     if
+     :: completed[r] == i + 1 -> goto next
+     :: else
+     fi;
+#endif
      failed[r * K + i] = 1;
-     completed[r] = i + 1;
+     complete(r, i);
+#if FUSED
+     goto next;
+fused:
+     if
+     :: r != 0 ->
+        /* Publish the start flag (then a seq_cst fence: one step apart is
+         * what sequential consistency gives), then look at the abort word. */
+        PUBLISH(START, r, i);
+        if
+        :: aborted ->
+           claim(r, i);
+           if
+           :: won -> failed[r * K + i] = 1; complete(r, i)
+#ifdef FUSED_WAIT_OWN
+           :: else -> completed[r] >= i + 1
+#else
+           :: else
+#endif
+           fi
+        :: else ->
+           /* Goes on to its next op: it must have read this op's
+            * descriptors, which rank 0 may now hand back to the clients. */
+           assert(!bad)
+#ifdef FUSED_WAIT_OWN
+           /* The candidate fix: not on before the op is completed, by rank 0
+            * or, once aborted, by this rank if it wins the claim. */
+           ;
+           if
+           :: completed[r] >= i + 1
+           :: aborted ->
+              claim(r, i);
+              if
+              :: won -> failed[r * K + i] = 1; complete(r, i)
+              :: else -> completed[r] >= i + 1
+              fi
+           fi
+#endif
+        fi;
+        goto next
+     :: else
+     fi;
+     /* Rank 0: its start flag, then every rank's. */
+     PUBLISH(START, r, i);
+#ifndef NO_FUSED_START_WAIT
+     k = 1;
+     do
+     :: k < N ->
+        if
+        :: PASSED(START, k, i) -> k++
+        :: aborted -> goto fusedfail
+        fi
+     :: k >= N -> break
+     od;
+#endif
+     /* Claim every rank's completion; a lost claim: a rank completed its
+      * own op on the abort word, and no data moves. */
+     lost = 0;
+     claimed = 0;
+     k = 0;
+     do
+     :: k < N ->
+        claim(k, i);
+        if
+        :: won -> claimed = claimed | (1 << k)
+        :: else -> lost = 1
+        fi;
+        k++
+     :: k >= N -> break
+     od;
+     if
+     :: !lost ->
+        /* Every descriptor and input, where it is: a rank whose op its
+         * client may see completed may be reusing them. */
+        atomic {
+          k = 0;
+          do
+          :: k < N -> bad = bad || desc[k * D + i % D] != i || completed[k] > i; k++
+          :: k >= N -> break
+          od
+        };
+#ifdef FUSED_COMPLETE_EARLY
+        k = 0;
+        do
+        :: k < N -> complete(k, i); k++
+        :: k >= N -> break
+        od;
+#endif
+        /* Every output, one rank after another: never one whose client
+         * may see the op completed. */
+        k = 0;
+        do
+        :: k < N ->
+           d_step {
+             assert(completed[k] <= i);
+             written[k * K + i] = 1
+           };
+           k++
+        :: k >= N -> break
+        od;
+#ifdef FUSED_COMPLETE_EARLY
+        goto next;
+#endif
+        if
+        :: aborted -> lost = 1
+        :: else -> assert(!bad)
+        fi
+     :: else
+     fi;
+     /* Complete every rank claimed, with the verdict. */
+     k = 0;
+     do
+     :: k < N ->
+        if
+        :: claimed & (1 << k) -> failed[k * K + i] = lost; complete(k, i)
+        :: else
+        fi;
+        k++
+     :: k >= N -> break
+     od;
+     goto next;
+fusedfail:
+     /* The barrier ended on the abort word (fail_hard: rank 0's own op
+      * fails), then (a seq_cst fence) every rank whose start flag it sees
+      * is claimed and completed, failed. */
+     failed[r * K + i] = 1;
+     complete(r, i);
+     k = 1;
+     do
+     :: k < N ->
+        if
+        :: PASSED(START, k, i) ->
+           claim(k, i);
+           if
+           :: won -> failed[k * K + i] = 1; complete(k, i)
+           :: else
+           fi
+        :: else
+        fi;
+        k++
+     :: k >= N -> break
+     od
+#endif
 next:
      i++
   :: i >= K -> break
-  od
+  od;
+#if FUSED
+  /* Every executor done: every op of every rank is completed (a fused op
+   * is completed by another rank's executor, or by none). */
+  atomic {
+    finished++;
+    if
+    :: finished == N ->
+       k = 0;
+       do
+       :: k < N -> assert(completed[k] == K); k++
+       :: k >= N -> break
+       od
+    :: else
+    fi
+  }
+#endif
 }
 
 /* A handle's wait: completion (or the abort word); a success implies every

@@ -31,8 +31,8 @@ spin_run() {
   errors=$(grep -oE "errors: [0-9]+" pan.log | grep -oE "[0-9]+")
   states=$(grep -oE "^ *[0-9e.+]+ states, stored" pan.log | grep -oE "[0-9e.+]+" | head -1)
   what=$(grep -m1 -E "^pan:1:" pan.log | sed 's/^pan:1: //' | cut -c1-110)
-  if grep -q "out of memory\|max search depth too small" pan.log; then
-    echo "$name: search incomplete"; grep -E "out of memory|max search depth" pan.log; fail=1; return
+  if grep -q "out of memory\|max search depth too small\|reached -DMEMLIM bound" pan.log; then
+    echo "$name: search incomplete"; grep -E "out of memory|max search depth|MEMLIM bound" pan.log; fail=1; return
   fi
   if [ "$expect" = safe ]; then
     if [ "${errors:-1}" = 0 ]; then
