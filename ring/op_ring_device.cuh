@@ -79,7 +79,7 @@ __device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, 
 
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
 // or waits for rank t's flag of this block and phase. Before it, every write of
-// this block is ordered (bar.sync, then a system fence by the publisher).
+// this block is ordered (bar.sync, then the publisher's release store).
 __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
@@ -93,7 +93,15 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         mine[0] = gen;
         for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
       }
-      if ((a.bench_skip & kSkipSystemFences) == 0) __threadfence_system();
+      // No fence before the flag: st.release.sys orders this thread's
+      // writes, and through the bar.sync above every write and read of its
+      // block (release is cumulative in PTX's memory model), which is what
+      // peers that acquire the flag rely on (the reference kernel publishes
+      // the same way). The fence that stood here cost docs/latency.md's
+      // figures. HIP keeps it: nothing has checked AMD's model here.
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+      __threadfence_system();
+#endif
       if (phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0 && LoadAcquire(a.abort_word) != 0) {
         // Reads that end after an abort may have overlapped a peer's next
         // op: a peer that left its end barrier on the abort word rewrites
@@ -177,27 +185,39 @@ __device__ inline void ClearNextTraceEntry(uint64_t* trace, uint64_t gen) {
   for (uint64_t w = 0; w < kTraceEntryWords - 1; ++w) next[w] = 0;
 }
 
+// Counts a finished block; true for the last of `blocks`. The count wraps to
+// 0 on the last block: it is ready for the next op even if a wrongly ordered
+// launch ever counted into this one. Acquire-release at GPU scope: each block's
+// writes (ordered by its bar.sync) are visible to the last block, whose
+// release store of done then carries them to any observer (cumulativity).
+__device__ __forceinline__ bool CountFinishedBlock(uint32_t* finished, uint32_t blocks) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  __threadfence_system();
+  const bool last = atomicInc(finished, blocks - 1) == blocks - 1;
+  if (last) __threadfence_system();
+  return last;
+#else
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(old) : "l"(finished), "r"(blocks - 1) : "memory");
+  return old == blocks - 1;
+#endif
+}
+
 // Single-launch mode: the last block to finish completes the op, after every
-// block's writes (each fences before counting itself), whether it succeeded or
-// not: the verdict, the trace's completion, then done.
+// block's writes, whether it succeeded or not: the verdict, the trace's
+// completion, then done.
 __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   __syncthreads();
   if (threadIdx.x == 0) {
-    const bool fences = (a.bench_skip & kSkipSystemFences) == 0;
-    if (fences) __threadfence_system();
-    // atomicInc wraps to 0 on the last block: the count is ready for the next
-    // op even if a wrongly ordered launch ever counted into this one.
     const bool last = (a.bench_skip & kSkipCompletionCount) != 0 ? blockIdx.x == 0
-                                                                  : atomicInc(a.finished, gridDim.x - 1) == gridDim.x - 1;
+                                                                  : CountFinishedBlock(a.finished, gridDim.x);
     if (last) {
-      if (fences) __threadfence_system();
       if (a.trace != nullptr) {
         ClearNextTraceEntry(a.trace, gen);
         uint64_t* e = TraceEntry(a.trace, gen);
         e[2] = NowNs();
-        __threadfence();
-        StoreRelease(e, gen);
+        StoreRelease(e, gen);  // after the words above (release)
       }
       if (a.status_mirror != nullptr) {
         *static_cast<volatile int32_t*>(a.status_mirror) = *static_cast<const volatile int32_t*>(a.error_word);

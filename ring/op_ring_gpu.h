@@ -71,7 +71,8 @@ struct DeviceOpArgs {
 };
 
 // bench_skip bits (docs/latency.md).
-constexpr uint32_t kSkipSystemFences = 1;    // __threadfence_system before publishing a flag or done
+// 1: the system fences before each flag and around the completion count, in
+// the kernel before they were cut (docs/latency.md).
 constexpr uint32_t kSkipDescriptorMatch = 2; // the device-side matcher in the start barrier
 constexpr uint32_t kSkipDeadlinePoll = 4;    // the deadline and abort polls inside spins
 constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at op begin and before the end flag
