@@ -81,8 +81,10 @@ __device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, 
 // or waits for rank t's flag of this block and phase. Before it, every write of
 // this block is ordered (bar.sync, then the publisher's release store).
 __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
+  // The verdict is a __syncthreads_or, not a shared word: a shared word reset
+  // at the next barrier's start raced with slower threads still reading this
+  // one's (compute-sanitizer racecheck, 2026-12-05).
+  int failed = 0;
   __syncthreads();
   if (threadIdx.x < a.world) {
     uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
@@ -126,8 +128,7 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       }
     }
   }
-  __syncthreads();
-  return failed == 0;
+  return __syncthreads_or(failed) == 0;
 }
 
 // This rank's op trace entry for index `gen - 1`.
