@@ -98,6 +98,10 @@ GpuTotals RunGpuStress(Client& client, const GpuStressOptions& o, bool (*keep_go
     bool ok = Ok(cudaStreamSynchronize(second), "second stream", o.rank) &&
               Ok(cudaStreamSynchronize(third), "third stream", o.rank);
     if (f.graph) ok = ok && Ok(cudaStreamSynchronize(stream), "graph stream", o.rank);
+    // A replayed op has no verdict of its own: once the communicator is
+    // aborted (a peer was killed) its outputs are not results, and it counts
+    // as failed, not wrong (the GPU soak counted them wrong, 2026-12-05).
+    if (f.graph && ok) st = comm->AsyncError();
     uint64_t wrong = 0;
     if (st.ok() && ok) {
       for (void* host : {sl.host_a, sl.host_b}) {
