@@ -31,7 +31,7 @@
 //                    [-r 0|1]           (the reference beside: float32 sum all-reduce only)
 //                    [-K blocks]        (in-process: blocks per rank instead of -B's share of the SMs)
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
-//                                        left out, ring::kSkip* (1 system fences, 2 descriptor match,
+//                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
 //                                        count) and 32 the end barrier; docs/latency.md)
 #include <algorithm>
