@@ -10,6 +10,7 @@
 // DIR is where rank 0 leaves the ncclUniqueId for the others (one machine).
 // Ranks under mpirun take R and N from Open MPI's environment.
 #include <cuda_runtime.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -561,7 +562,23 @@ void ModeInitAll() {
 
 }  // namespace
 
+// A crash prints where it was (the graph mode's one rank died of SIGSEGV on
+// the H100 with nothing else to go on): frames as object+offset, for
+// addr2line against the same build's unstripped objects.
+void OnFatalSignal(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "nccl_check: fatal signal, backtrace:\n";
+  if (write(2, msg, sizeof(msg) - 1) < 0) _exit(128 + sig);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 int main(int argc, char** argv) {
+  signal(SIGSEGV, OnFatalSignal);
+  signal(SIGBUS, OnFatalSignal);
+  signal(SIGABRT, OnFatalSignal);
   std::string mode;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
