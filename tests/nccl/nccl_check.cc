@@ -348,48 +348,50 @@ void ModeGraph() {
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const uint64_t count = 1 << 16, big = (32ull << 20) / 4;  // big: above the staging slot
-  DevBuf zin(comm, count * 4, true), zout(comm, count * 4, true);
-  DevBuf sin(comm, big * 4, false), sout(comm, big * 4, false);
-  DevBuf gin(comm, count * 2, false), gout(comm, count * 2 * g_world, false);
-  DevBuf bc(comm, 1001, false);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  NCCL_OK(ncclAllReduce(zin.p, zout.p, count, ncclFloat32, ncclSum, comm, s));
-  NCCL_OK(ncclAllReduce(sin.p, sout.p, big, ncclFloat32, ncclMax, comm, s));
-  NCCL_OK(ncclAllGather(gin.p, gout.p, count, ncclBfloat16, comm, s));
-  NCCL_OK(ncclBroadcast(bc.p, bc.p, 1001, ncclUint8, 0, comm, s));
-  CUDA_OK(cudaStreamEndCapture(s, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  const TypeCase f32 = kTypes[0], bf = kTypes[3], u8 = kTypes[9];
-  for (uint64_t replay = 0; replay < 3; ++replay) {
-    const uint64_t seed = 1000 + replay;
-    std::vector<uint8_t> h;
-    FillHost(f32, ReduceOp::kSum, g_rank, seed, &h, count);
-    Upload(zin.p, h);
-    FillHost(f32, ReduceOp::kMax, g_rank, seed, &h, big);
-    Upload(sin.p, h);
-    FillHost(bf, ReduceOp::kUnspecified, g_rank, seed, &h, count);
-    Upload(gin.p, h);
-    std::vector<uint8_t> root;
-    FillHost(u8, ReduceOp::kUnspecified, 0, seed, &root, 1001);
-    if (g_rank == 0) Upload(bc.p, root); else PoisonDevice(bc.p, 1001);
-    PoisonDevice(zout.p, count * 4);
-    PoisonDevice(sout.p, big * 4);
-    PoisonDevice(gout.p, count * 2 * g_world);
-    CUDA_OK(cudaGraphLaunch(exec, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    const std::string r = " (replay " + std::to_string(replay) + ")";
-    Expect(ex::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, g_world, seed, Download(zout.p, count * 4).data(), count),
-           "graph zero-copy all-reduce" + r);
-    Expect(ex::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kMax, g_world, seed, Download(sout.p, big * 4).data(), big),
-           "graph staged all-reduce in pieces" + r);
-    Expect(ex::CountWrongAllGather(DataType::kBFloat16, g_world, seed, Download(gout.p, count * 2 * g_world).data(), count),
-           "graph all-gather" + r);
-    Expect(Download(bc.p, 1001) != root, "graph broadcast" + r);
-  }
-  CUDA_OK(cudaGraphExecDestroy(exec));
-  CUDA_OK(cudaGraphDestroy(graph));
+  {  // the buffers deregister (~DevBuf) before the communicator is destroyed
+    DevBuf zin(comm, count * 4, true), zout(comm, count * 4, true);
+    DevBuf sin(comm, big * 4, false), sout(comm, big * 4, false);
+    DevBuf gin(comm, count * 2, false), gout(comm, count * 2 * g_world, false);
+    DevBuf bc(comm, 1001, false);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    NCCL_OK(ncclAllReduce(zin.p, zout.p, count, ncclFloat32, ncclSum, comm, s));
+    NCCL_OK(ncclAllReduce(sin.p, sout.p, big, ncclFloat32, ncclMax, comm, s));
+    NCCL_OK(ncclAllGather(gin.p, gout.p, count, ncclBfloat16, comm, s));
+    NCCL_OK(ncclBroadcast(bc.p, bc.p, 1001, ncclUint8, 0, comm, s));
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    const TypeCase f32 = kTypes[0], bf = kTypes[3], u8 = kTypes[9];
+    for (uint64_t replay = 0; replay < 3; ++replay) {
+      const uint64_t seed = 1000 + replay;
+      std::vector<uint8_t> h;
+      FillHost(f32, ReduceOp::kSum, g_rank, seed, &h, count);
+      Upload(zin.p, h);
+      FillHost(f32, ReduceOp::kMax, g_rank, seed, &h, big);
+      Upload(sin.p, h);
+      FillHost(bf, ReduceOp::kUnspecified, g_rank, seed, &h, count);
+      Upload(gin.p, h);
+      std::vector<uint8_t> root;
+      FillHost(u8, ReduceOp::kUnspecified, 0, seed, &root, 1001);
+      if (g_rank == 0) Upload(bc.p, root); else PoisonDevice(bc.p, 1001);
+      PoisonDevice(zout.p, count * 4);
+      PoisonDevice(sout.p, big * 4);
+      PoisonDevice(gout.p, count * 2 * g_world);
+      CUDA_OK(cudaGraphLaunch(exec, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      const std::string r = " (replay " + std::to_string(replay) + ")";
+      Expect(ex::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, g_world, seed, Download(zout.p, count * 4).data(), count),
+             "graph zero-copy all-reduce" + r);
+      Expect(ex::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kMax, g_world, seed, Download(sout.p, big * 4).data(), big),
+             "graph staged all-reduce in pieces" + r);
+      Expect(ex::CountWrongAllGather(DataType::kBFloat16, g_world, seed, Download(gout.p, count * 2 * g_world).data(), count),
+             "graph all-gather" + r);
+      Expect(Download(bc.p, 1001) != root, "graph broadcast" + r);
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }  // a use of the communicator after ncclCommDestroy (undefined, as in NCCL) killed a rank on the H100
   NCCL_OK(ncclCommDestroy(comm));
   cudaStreamDestroy(s);
 }
