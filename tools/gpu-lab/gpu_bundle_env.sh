@@ -11,3 +11,14 @@ export COLLECTIVED_GPU_TEST_CLIENT_BIN=$PWD/bin/collectived_gpu_test_client
 export LD_LIBRARY_PATH=$PWD/nccl:$LD_LIBRARY_PATH COLLECTIVED_NCCL_LIB=$PWD/nccl/libcollectived_nccl.so
 export COLLECTIVED_NCCL_CHECK_BIN=$PWD/bin/nccl_check
 out=${OUT:-/tmp}
+# A private MPS for this batch, pipe and log under $1 (stop it with
+# `echo quit | nvidia-cuda-mps-control`). On the H100 (2026-12-05) the daemon
+# then found no control pipe there: the listing shows what MPS made.
+start_private_mps() {
+  export CUDA_MPS_PIPE_DIRECTORY=$1/mps-pipe CUDA_MPS_LOG_DIRECTORY=$1/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || echo "MPS did not start"
+  sleep 1
+  ls -la "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  tail -5 "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null
+}

@@ -15,11 +15,7 @@ soak() {  # soak BUNDLE OUT_DIR
   source "$1/gpu_bundle_env.sh"
   local work
   work=$(mktemp -d)
-  export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || echo "MPS did not start"
-  # On the H100 (2026-12-05) the daemon then found no control pipe here: show what MPS made.
-  sleep 1; ls -la "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"; tail -5 "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null
+  start_private_mps "$work"
   date -u +"# started %Y-%m-%dT%H:%M:%SZ"
   python3 soak.py --daemon bin/collectived --client bin/collectived_test_client \
     --daemon-args "--backend cuda" --client-args "--gpu 1" --minutes "${MINUTES:-9}" --sample-s 60 \

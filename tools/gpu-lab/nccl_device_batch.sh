@@ -8,11 +8,7 @@
 source "$(dirname "$0")/gpu_bundle_env.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
-export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || echo "MPS did not start"
-# On the H100 (2026-12-05) the daemon then found no control pipe here: show what MPS made.
-sleep 1; ls -la "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"; tail -5 "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null
+start_private_mps "$work"
 {
   echo "## $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl built", torch.cuda.nccl.version())'

@@ -11,11 +11,7 @@ bundle=$PWD
 repo=$(cd .. && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
-export CUDA_MPS_PIPE_DIRECTORY=$work/mps-pipe CUDA_MPS_LOG_DIRECTORY=$work/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d || echo "MPS did not start"
-# On the H100 (2026-12-05) the daemon then found no control pipe here: show what MPS made.
-sleep 1; ls -la "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"; tail -5 "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null
+start_private_mps "$work"
 {
   echo "## $(date -u +%FT%TZ) $(python3 --version) torch $(python3 -c 'import torch; print(torch.__version__)') nanobind $(python3 -c 'import nanobind; print(nanobind.__version__)')"
   echo "## pip install ./python"
