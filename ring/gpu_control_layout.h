@@ -6,9 +6,10 @@
 // fixed when the communicator forms (docs/design.md, rule 3).
 //
 // Control window (one, on the first rank's device):
-//   barrier flags      kFlagWords words           [phase][rank][block]
+//   barrier flags      kFlagWords words: [phase][block][rank], one 128-byte
+//                      line each; a start flag's line carries the rank's op
+//                      descriptor beside the flag (the device-side matcher)
 //   per rank           counter, op index, done, finished (one 128-byte line each rank)
-//   descriptor table   kDescriptorTableWords words (the device-side matcher)
 //   error word         first DeviceError of the communicator (sticky)
 //   abort word         nonzero: every spin gives up (kernels on a deadline or
 //                      mismatch; the daemon when a member leaves)
@@ -29,17 +30,20 @@ namespace collectived::ring {
 constexpr uint32_t kMaxDeviceRanks = 16;  // ranks of one GPU communicator
 constexpr uint32_t kMaxBlocks = 128;      // blocks of one rank's kernel
 constexpr uint32_t kBarrierPhases = 2;    // start, end
+// Words of one flag's line. Each (phase, block, rank) flag has a 128-byte line
+// of its own, as the reference kernel's do: with 16 flags to a line, a line
+// was written by 16 blocks and polled by every peer's 16 (docs/latency.md).
+constexpr uint32_t kFlagLineWords = 16;
 // Words of barrier flags a communicator needs.
-constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxDeviceRanks * kMaxBlocks;
+constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxBlocks * kMaxDeviceRanks * kFlagLineWords;
 
 // Verdicts left in the error word (first one wins).
 enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2, kDeviceMismatch = 3 };
 
 // Words of one rank's op descriptor, compared by every peer after the start
-// barrier (the device-side matcher). Word 0 is the generation.
+// barrier (the device-side matcher): words 0..3 of each start flag's line,
+// word 0 the flag itself (the generation).
 constexpr uint32_t kDescriptorWords = 4;
-// Words of the descriptor table: kMaxDeviceRanks rows of kDescriptorWords.
-constexpr uint64_t kDescriptorTableWords = uint64_t{kMaxDeviceRanks} * kDescriptorWords;
 
 // Op trace, per rank, of the last kTraceDepth ops (entry index % depth), in
 // the GPU's own clock (globaltimer ns): word 0 = index + 1 once complete,
@@ -55,8 +59,7 @@ constexpr uint64_t kHeapAlignment = 256;   // bytes: heap buffers and the slot k
 struct GpuControlLayout {
   static constexpr uint64_t kFlagsWord = 0;
   static constexpr uint64_t kRankWordsWord = kFlagWords;
-  static constexpr uint64_t kDescriptorsWord = kRankWordsWord + kMaxDeviceRanks * kRankWordsStride;
-  static constexpr uint64_t kErrorWord = kDescriptorsWord + kDescriptorTableWords;
+  static constexpr uint64_t kErrorWord = kRankWordsWord + kMaxDeviceRanks * kRankWordsStride;
   static constexpr uint64_t kAbortWord = kErrorWord + 8;  // its own 64-byte line
   static constexpr uint64_t kTraceWord = kAbortWord + 8;  // kMaxDeviceRanks op traces (kTraceDepth entries each)
   static constexpr uint64_t kBytes = (kTraceWord + uint64_t{kMaxDeviceRanks} * kTraceDepth * kTraceEntryWords) * 8;
@@ -68,7 +71,6 @@ struct GpuControlLayout {
   static uint32_t* Finished(void* base, uint32_t rank) {
     return reinterpret_cast<uint32_t*>(RankWords(base, rank) + 3);
   }
-  static uint64_t* Descriptors(void* base) { return static_cast<uint64_t*>(base) + kDescriptorsWord; }
   static int32_t* Error(void* base) { return reinterpret_cast<int32_t*>(static_cast<uint64_t*>(base) + kErrorWord); }
   static uint64_t* Abort(void* base) { return static_cast<uint64_t*>(base) + kAbortWord; }
   static uint64_t* Trace(void* base, uint32_t rank) {

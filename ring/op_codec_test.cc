@@ -126,9 +126,10 @@ TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
   EXPECT_EQ(at(GpuControlLayout::OpIndex(base, 3)), at(GpuControlLayout::Counter(base, 3)) + 8);
   EXPECT_EQ(at(GpuControlLayout::Done(base, 3)), at(GpuControlLayout::Counter(base, 3)) + 16);
   EXPECT_EQ(at(GpuControlLayout::Finished(base, 3)), at(GpuControlLayout::Counter(base, 3)) + 24);
-  EXPECT_GE(at(GpuControlLayout::Descriptors(base)), at(GpuControlLayout::Counter(base, kMaxDeviceRanks - 1)) + 128);
-  EXPECT_GE(at(GpuControlLayout::Error(base)),
-            at(GpuControlLayout::Descriptors(base)) + static_cast<ptrdiff_t>(kDescriptorTableWords * 8));
+  EXPECT_GE(at(GpuControlLayout::Error(base)), at(GpuControlLayout::Counter(base, kMaxDeviceRanks - 1)) + 128);
+  // A flag's line holds the flag and the descriptor beside it.
+  EXPECT_GE(kFlagLineWords * 8, 128u);
+  EXPECT_GE(kFlagLineWords, kDescriptorWords);
   EXPECT_EQ(at(GpuControlLayout::Abort(base)) - at(GpuControlLayout::Error(base)), 64) << "abort word on its own line";
   EXPECT_EQ(at(GpuControlLayout::Trace(base, kMaxDeviceRanks)), static_cast<ptrdiff_t>(GpuControlLayout::kBytes));
   EXPECT_EQ(AlignUp(1, kHeapAlignment), kHeapAlignment);

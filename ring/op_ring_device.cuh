@@ -77,6 +77,13 @@ __device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, 
   return true;
 }
 
+// Rank `rank`'s flag of this block and `phase`: word 0 of a 128-byte line of
+// its own (ring/gpu_control_layout.h); a start flag's words 1..3 hold the
+// rank's descriptor.
+__device__ __forceinline__ uint64_t* FlagLine(const DeviceOpArgs& a, uint32_t phase, uint32_t rank) {
+  return a.flags + ((static_cast<uint64_t>(phase) * kMaxBlocks + blockIdx.x) * kMaxDeviceRanks + rank) * kFlagLineWords;
+}
+
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
 // or waits for rank t's flag of this block and phase. Before it, every write of
 // this block is ordered (bar.sync, then the publisher's release store).
@@ -87,13 +94,11 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
   int failed = 0;
   __syncthreads();
   if (threadIdx.x < a.world) {
-    uint64_t* row = a.flags + static_cast<uint64_t>(phase) * kMaxDeviceRanks * kMaxBlocks;
-    const bool match = phase == 0 && a.descriptors != nullptr && (a.bench_skip & kSkipDescriptorMatch) == 0;
+    const bool match = phase == 0 && a.match_descriptors && (a.bench_skip & kSkipDescriptorMatch) == 0;
     if (threadIdx.x == a.rank) {
-      if (match) {  // every block writes the same row, so whichever flag a peer sees covers it
-        uint64_t* mine = a.descriptors + a.rank * kDescriptorWords;
-        mine[0] = gen;
-        for (uint32_t w = 1; w < kDescriptorWords; ++w) mine[w] = a.desc[w - 1];
+      uint64_t* line = FlagLine(a, phase, a.rank);
+      if (match) {  // beside the flag, which orders them (release) for the peer that acquires it
+        for (uint32_t w = 1; w < kDescriptorWords; ++w) line[w] = a.desc[w - 1];
       }
       // No fence before the flag: st.release.sys orders this thread's
       // writes, and through the bar.sync above every write and read of its
@@ -112,19 +117,27 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         RecordError(a, kDeviceAborted);
         failed = 1;
       } else {
-        StoreRelease(row + a.rank * kMaxBlocks + blockIdx.x, gen);
+        StoreRelease(line, gen);
       }
-    } else if (!SpinAtLeast(a, row + threadIdx.x * kMaxBlocks + blockIdx.x, gen)) {
-      failed = 1;
-    } else if (match) {
-      // The row stays until this rank passed the end barrier: the peer writes
-      // its next op's row only after every block of every rank got there.
-      const volatile uint64_t* theirs = a.descriptors + threadIdx.x * kDescriptorWords;
-      bool same = theirs[0] == gen;
-      for (uint32_t w = 1; w < kDescriptorWords; ++w) same = same && theirs[w] == a.desc[w - 1];
-      if (!same) {
-        RecordError(a, kDeviceMismatch);
+    } else {
+      const uint64_t* line = FlagLine(a, phase, threadIdx.x);
+      if (!SpinAtLeast(a, line, gen)) {
         failed = 1;
+      } else if (match) {
+        // The peer's flag is exactly gen here: it publishes gen + 1 only
+        // after this rank's end flag of gen. Its descriptor stays until then
+        // too. The words load unconditionally, so they are in flight at once
+        // (compared one by one after each load, they were one L2 round trip
+        // each: docs/latency.md).
+        const volatile uint64_t* theirs = line;
+        uint64_t seen[kDescriptorWords - 1];
+        for (uint32_t w = 1; w < kDescriptorWords; ++w) seen[w - 1] = theirs[w];
+        bool same = theirs[0] == gen;
+        for (uint32_t w = 1; w < kDescriptorWords; ++w) same &= seen[w - 1] == a.desc[w - 1];
+        if (!same) {
+          RecordError(a, kDeviceMismatch);
+          failed = 1;
+        }
       }
     }
   }
@@ -206,10 +219,12 @@ __device__ __forceinline__ bool CountFinishedBlock(uint32_t* finished, uint32_t 
 
 // Single-launch mode: the last block to finish completes the op, after every
 // block's writes, whether it succeeded or not: the verdict, the trace's
-// completion, then done.
-__device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen) {
+// completion, then done. `synced`: the block's threads have just met in a
+// bar.sync (every step of RunOp but the unsafe skip ends in one), which
+// orders their writes before thread 0's count as this one would.
+__device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced = false) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
-  __syncthreads();
+  if (!synced) __syncthreads();
   if (threadIdx.x == 0) {
     const bool last = (a.bench_skip & kSkipCompletionCount) != 0 ? blockIdx.x == 0
                                                                   : CountFinishedBlock(a.finished, gridDim.x);
@@ -233,11 +248,13 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen) {
 template <typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
   uint64_t gen = 0;
+  bool synced = true;  // BeginOp and Barrier end in a bar.sync
   if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
     data();
     EndBarrier(a, gen);
+    synced = !a.unsafe_skip_end_barrier;
   }
-  FinishOp(a, gen);
+  FinishOp(a, gen, synced);
 }
 
 }  // namespace collectived::ring

@@ -12,7 +12,8 @@
 // DeviceOpArgs). Daemon-executed ops post into the host op ring instead
 // (LaunchRingPost) and the daemon publishes completion (LaunchPublish).
 // Every launch captures into CUDA graphs: no value chosen on the host is a
-// generation. Barrier flags are 64-bit words [phase][rank][block] written with
+// generation. Barrier flags are 64-bit words [phase][block][rank], a 128-byte
+// line each, written with
 // system-scope release and polled with system-scope acquire; every spin reads
 // the GPU timer and the abort word and gives up with a DeviceError.
 #ifndef COLLECTIVED_RING_OP_RING_GPU_H_
@@ -52,12 +53,12 @@ struct DeviceOpArgs {
   uint64_t* abort_word = nullptr;  // nonzero: every spin gives up
   int32_t* error_word = nullptr;   // first DeviceError of this communicator
   uint64_t timeout_ns = 0;         // per spin
-  // Device-side matcher (optional): before the start barrier each rank writes
-  // {gen, desc[0..2]} (PackDeviceDescriptor) to its row of `descriptors`; after
-  // it, every rank compares every peer's row with its own, and a difference
-  // fails the op on every rank (kDeviceMismatch) instead of reducing
-  // mismatched buffers.
-  uint64_t* descriptors = nullptr;
+  // Device-side matcher (optional): each block publishes desc[0..2]
+  // (PackDeviceDescriptor) beside its start flag, in the flag's line; after
+  // the start barrier every block compares each peer's with its own, and a
+  // difference fails the op on every rank (kDeviceMismatch) instead of
+  // reducing mismatched buffers.
+  bool match_descriptors = false;
   uint64_t desc[kDescriptorWords - 1] = {};
   // Negative control for seed bug 2 (AITER): leave without the end barrier,
   // so a fast rank's caller may reuse its input while a peer still reads it.

@@ -133,7 +133,7 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.abort_word = abort_word;
   a.error_word = ring::GpuControlLayout::Error(c);
   a.timeout_ns = setup.seg.params().op_timeout_ns;
-  a.descriptors = ring::GpuControlLayout::Descriptors(c);
+  a.match_descriptors = true;
   a.trace = ring::GpuControlLayout::Trace(c, setup.rank);
   // Debug hook and negative control (daemon flags, in the segment header).
   const ring::SegmentParams& h = setup.seg.params();

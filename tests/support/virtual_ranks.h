@@ -21,7 +21,7 @@ class VirtualRanks {
     world_ = world;
     timeout_ns_ = timeout_ns;
     COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-    const uint64_t words = ring::kFlagWords + 8 * 64 + ring::kDescriptorTableWords;
+    const uint64_t words = ring::kFlagWords + 8 * 64;
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
     streams_.resize(world);
@@ -62,7 +62,6 @@ class VirtualRanks {
   static constexpr uint32_t kBenchSkipEndBarrier = 32;
   void SetBenchSkip(uint32_t bits) { bench_skip_ = bits; }
   int32_t* error_word() const { return reinterpret_cast<int32_t*>(words_ + ring::kFlagWords + 8 * 61); }
-  uint64_t* descriptors() const { return words_ + ring::kFlagWords + 8 * 64; }
   // All-gathers pull (each rank writes only its own output) instead of push.
   void SetGatherPull(bool on) { gather_pull_ = on; }
   // Rank r's kernel describes its op with `count + skew` (a rank that
@@ -88,7 +87,7 @@ class VirtualRanks {
     a.abort_word = abort_word();
     a.error_word = error_word();
     a.timeout_ns = timeout_ns_;
-    a.descriptors = descriptors();
+    a.match_descriptors = true;
     a.desc[0] = count + (rank == skew_rank_ ? skew_ : 0);
     a.bench_skip = bench_skip_ & ~kBenchSkipEndBarrier;
     a.unsafe_skip_end_barrier = (bench_skip_ & kBenchSkipEndBarrier) != 0;
