@@ -30,6 +30,8 @@
 //                    [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
 //                    [-r 0|1]           (the reference beside: float32 sum all-reduce only)
 //                    [-K blocks]        (in-process: blocks per rank instead of -B's share of the SMs)
+//                    [-Y 0|1]           (eager only: the host waits for each op before the next, as a
+//                                        caller that synchronizes per op does; the Python bench's loop)
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
 //                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
@@ -102,6 +104,7 @@ struct Options {
   uint64_t min_bytes = 16u << 20, max_bytes = 1u << 30;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, graph = 0;
+  bool sync_each = false;  // -Y 1
   bool single_launch = true;  // -p single|post (in-process)
   int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B (in-process)
   uint32_t blocks = 0;      // -K: blocks per rank (in-process; 0: from -B)
@@ -151,10 +154,16 @@ class Runner {
     return group_.Sum(ranks_->Wrong(o_.spec, 77, count));
   }
 
+  // An eager op; with -Y 1 the host waits for it before returning.
+  void EnqueueEager(uint64_t count, bool in_place) {
+    Enqueue(count, in_place);
+    if (o_.sync_each) Check(ranks_->Sync(), "sync");
+  }
+
   // Seconds per op: iters ops back to back (or graphs of iters ops per rank),
   // the slowest process's time.
   double Time(uint64_t count, bool in_place) {
-    for (int i = 0; i < o_.warmup; ++i) Enqueue(count, in_place);
+    for (int i = 0; i < o_.warmup; ++i) EnqueueEager(count, in_place);
     Check(ranks_->Sync(), "sync");
     const std::vector<uint32_t>& local = ranks_->local();
     const uint32_t n = o_.spec.algo == "fused" ? 1 : static_cast<uint32_t>(local.size());
@@ -187,7 +196,7 @@ class Runner {
     if (o_.graph > 0) {
       for (int g = 0; g < o_.graph; ++g) Check(Gpu(gpuGraphLaunch(execs[0], first)), "graph launch");
     } else {
-      for (int i = 0; i < o_.iters; ++i) Enqueue(count, in_place);
+      for (int i = 0; i < o_.iters; ++i) EnqueueEager(count, in_place);
     }
     Check(ranks_->Sync(), "sync");
     const double secs = group_.Max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -210,7 +219,7 @@ constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
     "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
-    "         [-K blocks] [-S bits]\n"
+    "         [-K blocks] [-S bits] [-Y 0|1]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -251,6 +260,7 @@ int main(int argc, char** argv) {
     else if (f == "-p") o.single_launch = std::string(v) != "post";
     else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
     else if (f == "-K") o.blocks = static_cast<uint32_t>(std::atoi(v));
+    else if (f == "-Y") o.sync_each = std::atoi(v) != 0;
     else if (f == "-S") o.bench_skip = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
     else if (f == "-D") o.socket = v;
     else if (f == "-z") {

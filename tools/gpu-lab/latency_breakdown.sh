@@ -8,7 +8,7 @@
 # daemon (client-executed, zero copy), reference beside. With bin/collective-bench-old (a
 # build before a cut, packed by hand) the same runs of it come first, so
 # before and after share one run. Outputs under $OUT.
-#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, BLOCKS)
+#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none)
 source "$(dirname "$0")/gpu_bundle_env.sh"
 bench() {
   local bin=$1
@@ -29,12 +29,12 @@ bins=bin/collective-bench
       for b in $bins; do
         echo "## round $round, $g ranks, $b: full protocol, reference beside (-r 1)"
         bench "$b" -g "$g" -r 1
-        for s in 1 2 4 8 16 32 63; do
+        for s in ${SKIPS-1 2 4 8 16 32 63}; do
           echo "## round $round, $g ranks, $b: -S $s"
           bench "$b" -g "$g" -S "$s"
         done
       done
-      for k in ${BLOCKS:-1 4 16}; do
+      for k in ${BLOCKS-1 4 16}; do
         echo "## round $round, $g ranks, bin/collective-bench: -K $k (blocks per rank)"
         bench bin/collective-bench -g "$g" -K "$k"
       done

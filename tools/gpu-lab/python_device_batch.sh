@@ -32,9 +32,10 @@ start_private_mps "$work"
     for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
     for np in 2 4; do
       for z in 0 1; do
-        for g in 0 10; do
+        # "0 -Y 1": eager with the host waiting for each op, as the Python loop does.
+        for g in "0" "0 -Y 1" "10"; do
           timeout 60 mpirun --oversubscribe --bind-to none -np $np -x LD_LIBRARY_PATH -x CUDA_MPS_PIPE_DIRECTORY \
-            -x CUDA_MPS_LOG_DIRECTORY "$bundle/bin/collective-bench" -D "$work/c.sock" -M 1 -z $z -k "c$np$z$g" \
+            -x CUDA_MPS_LOG_DIRECTORY "$bundle/bin/collective-bench" -D "$work/c.sock" -M 1 -z $z -k "c$np$z${g// /}" \
             -b 16K -e 16K -n 20 -w 5 -c 1 -G $g 2>&1 | grep -v "^# least" | sed "s/^/np=$np z=$z G=$g: /"
         done
       done
