@@ -54,7 +54,7 @@ struct RefArgs {
 };
 
 template <int N>
-__global__ void __launch_bounds__(kThreads) RefOneShot(RefArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) RefOneShot(RefArgs a) {
   __shared__ unsigned long long gen;
   unsigned long long* mine = a.gens + static_cast<size_t>(a.rank) * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) gen = *mine + 1;
