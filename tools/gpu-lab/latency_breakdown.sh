@@ -27,7 +27,7 @@ bins=bin/collective-bench
   for round in $(seq "${ROUNDS:-1}"); do
     for g in ${RANKS:-2 8}; do
       for b in $bins; do
-        # The old build's reference (before 2f0c3c1's launch bounds) could
+        # The old build's reference (before ef894b8, without launch bounds) could
         # hang: its full row runs without it, the new build's has it beside.
         ref="-r 1"
         [ "$b" = bin/collective-bench ] || ref="-r 0"
