@@ -32,13 +32,39 @@ __device__ __forceinline__ unsigned long long LoadAcquire(const unsigned long lo
   return v;
 }
 
-// Every rank's block b arrives at phase `phase` of generation `gen`.
-__device__ void Barrier(unsigned long long* flags, int phase, int rank, int n, unsigned long long gen) {
+// Every rank's block b arrives at phase `phase` of generation `gen`. A spin
+// that passes kStuckNs gives up and leaves what it waited for in `stuck`
+// (the bench then stops with it, instead of hanging: on an H100, 2026-12-05,
+// -r 1 hung with no hint). The clock is read every 1024 polls: a barrier of
+// a small op ends within far fewer, so the yardstick pays nothing for it.
+constexpr unsigned long long kStuckNs = 10'000'000'000ull;
+struct Stuck {
+  unsigned long long hit, phase, rank_waited, block, seen, gen, waiter;
+};
+
+__device__ __forceinline__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ void Barrier(unsigned long long* flags, int phase, int rank, int n, unsigned long long gen, Stuck* stuck) {
   unsigned long long* base = flags + (static_cast<size_t>(phase) * gridDim.x + blockIdx.x) * kMaxRanks * kFlagStride;
   __syncthreads();
   if (threadIdx.x == 0) StoreRelease(base + rank * kFlagStride, gen);
   if (threadIdx.x < n) {
-    while (LoadAcquire(base + threadIdx.x * kFlagStride) < gen) {
+    unsigned long long seen, start = 0;
+    for (unsigned spins = 0; (seen = LoadAcquire(base + threadIdx.x * kFlagStride)) < gen;) {
+      if ((++spins & 1023) != 0) continue;
+      const unsigned long long now = GlobalTimerNs();
+      if (start == 0) start = now;
+      if (now - start > kStuckNs) {
+        if (atomicCAS(&stuck->hit, 0ull, 1ull) == 0) {
+          stuck->phase = phase, stuck->rank_waited = threadIdx.x, stuck->block = blockIdx.x;
+          stuck->seen = seen, stuck->gen = gen, stuck->waiter = rank;
+        }
+        break;
+      }
     }
   }
   __syncthreads();
@@ -49,6 +75,7 @@ struct RefArgs {
   float* out;
   unsigned long long* flags;
   unsigned long long* gens;  // per rank, per block: ops this block ran
+  Stuck* stuck;
   int rank;
   unsigned long long count;
 };
@@ -58,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 2) RefOneShot(RefArgs a) {
   __shared__ unsigned long long gen;
   unsigned long long* mine = a.gens + static_cast<size_t>(a.rank) * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) gen = *mine + 1;
-  Barrier(a.flags, 0, a.rank, N, gen);  // its __syncthreads publishes gen to the block
+  Barrier(a.flags, 0, a.rank, N, gen, a.stuck);  // its __syncthreads publishes gen to the block
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t n4 = a.count / 4;
@@ -80,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) RefOneShot(RefArgs a) {
     for (int r = 1; r < N; ++r) acc += a.in[r][i];
     a.out[i] = acc;
   }
-  Barrier(a.flags, 1, a.rank, N, gen);  // nobody leaves while a peer may still read its input
+  Barrier(a.flags, 1, a.rank, N, gen, a.stuck);  // nobody leaves while a peer may still read its input
   if (threadIdx.x == 0) *mine = gen;
 }
 
@@ -89,6 +116,7 @@ class ReferenceRanks : public RankSet {
   ~ReferenceRanks() override {
     if (flags_ != nullptr) gpuFree(flags_);
     if (gens_ != nullptr) gpuFree(gens_);
+    if (stuck_ != nullptr) gpuFree(stuck_);
   }
 
   Status Init(uint32_t n, uint64_t in_bytes, uint64_t out_bytes) {
@@ -102,6 +130,8 @@ class ReferenceRanks : public RankSet {
     COLLECTIVED_GPU_CHECK(gpuMemset(flags_, 0, flag_words * 8));
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&gens_), size_t{n} * blocks_ * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(gens_, 0, size_t{n} * blocks_ * 8));
+    COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&stuck_), sizeof(Stuck)));
+    COLLECTIVED_GPU_CHECK(gpuMemset(stuck_, 0, sizeof(Stuck)));
     COLLECTIVED_GPU_CHECK(gpuDeviceSynchronize());
     for (uint32_t r = 0; r < n; ++r) local_.push_back(r);
     return Status::Ok();
@@ -122,6 +152,7 @@ class ReferenceRanks : public RankSet {
       a.out = static_cast<float*>(vr_.out(r));
       a.flags = flags_;
       a.gens = gens_;
+      a.stuck = stuck_;
       a.rank = static_cast<int>(r);
       a.count = count;
       switch (n) {
@@ -137,7 +168,17 @@ class ReferenceRanks : public RankSet {
     }
     return Status::Ok();
   }
-  Status Sync() override { return vr_.Sync(); }
+  Status Sync() override {
+    COLLECTIVED_RETURN_IF_ERROR(vr_.Sync());
+    Stuck st{};
+    COLLECTIVED_GPU_CHECK(gpuMemcpy(&st, stuck_, sizeof(st), gpuMemcpyDeviceToHost));
+    if (st.hit == 0) return Status::Ok();
+    return Status::DeadlineExceeded(
+        "reference kernel: rank " + std::to_string(st.waiter) + " block " + std::to_string(st.block) + " waited " +
+        std::to_string(kStuckNs / 1'000'000'000) + " s in the " + (st.phase == 0 ? "start" : "end") +
+        " barrier for rank " + std::to_string(st.rank_waited) + "'s flag to reach " + std::to_string(st.gen) +
+        "; it held " + std::to_string(st.seen) + " (" + std::to_string(blocks_) + " blocks per rank)");
+  }
   uint64_t Wrong(const OpSpec& spec, uint64_t seed, uint64_t count) override {
     return vr_.Wrong(spec.dtype, spec.op, false, seed, count);
   }
@@ -159,6 +200,7 @@ class ReferenceRanks : public RankSet {
   uint32_t blocks_ = 1;
   unsigned long long* flags_ = nullptr;
   unsigned long long* gens_ = nullptr;
+  Stuck* stuck_ = nullptr;
 };
 
 }  // namespace
