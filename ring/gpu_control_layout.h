@@ -37,6 +37,18 @@ constexpr uint32_t kFlagLineWords = 16;
 // Words of barrier flags a communicator needs.
 constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxBlocks * kMaxDeviceRanks * kFlagLineWords;
 
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define COLLECTIVED_LAYOUT_FN __host__ __device__ constexpr
+#else
+#define COLLECTIVED_LAYOUT_FN constexpr
+#endif
+// The word of rank `rank`'s flag of block `block` and phase `phase`: word 0
+// of its line. The kernels publish and poll there; tests read it.
+COLLECTIVED_LAYOUT_FN uint64_t FlagWord(uint32_t phase, uint32_t block, uint32_t rank) {
+  return ((uint64_t{phase} * kMaxBlocks + block) * kMaxDeviceRanks + rank) * kFlagLineWords;
+}
+#undef COLLECTIVED_LAYOUT_FN
+
 // Verdicts left in the error word (first one wins).
 enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2, kDeviceMismatch = 3 };
 

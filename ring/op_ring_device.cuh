@@ -81,7 +81,7 @@ __device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, 
 // its own (ring/gpu_control_layout.h); a start flag's words 1..3 hold the
 // rank's descriptor.
 __device__ __forceinline__ uint64_t* FlagLine(const DeviceOpArgs& a, uint32_t phase, uint32_t rank) {
-  return a.flags + ((static_cast<uint64_t>(phase) * kMaxBlocks + blockIdx.x) * kMaxDeviceRanks + rank) * kFlagLineWords;
+  return a.flags + FlagWord(phase, blockIdx.x, rank);
 }
 
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
