@@ -55,6 +55,9 @@ void GpuCommunicator::ReleaseQueueLease() { engine_->setup.queue_lease.reset(); 
 Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank) const {
   GpuRankEngine& m = *engine_;
   if (m.setup.daemon_executed) return Status::FailedPrecondition("daemon-executed GPU ops keep no op trace");
+  if (!m.setup.op_trace) {
+    return Status::FailedPrecondition("this rank keeps no GPU op trace (set CommunicatorOptions.gpu_op_trace)");
+  }
   for (const GpuWindowRef& w : m.setup.ranks) {
     if (w.device_uuid != m.setup.ranks[0].device_uuid) {
       // Each GPU's globaltimer runs on its own: times of different GPUs do not compare.

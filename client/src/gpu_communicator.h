@@ -91,6 +91,7 @@ struct GpuCommSetup {
   // daemon's fused launch instead of running the kernel itself.
   bool daemon_executed = false;
   uint32_t blocks = 0;  // per rank's kernel, the same on every rank (the daemon's choice)
+  bool op_trace = false;  // CommunicatorOptions::gpu_op_trace
   // Tells the daemon about an op captured into a graph (at capture time).
   std::function<Status(CollectiveKind, DataType, ReduceOp, uint64_t count)> register_plan;
   // Registers this rank's allocation (`fd`, not taken) with the daemon; returns when every rank did.

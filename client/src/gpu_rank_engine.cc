@@ -119,6 +119,11 @@ bool GpuRankEngine::Overlaps(const void* p, uint64_t bytes) const {
   return false;
 }
 
+uint64_t* GpuRankEngine::trace() const {
+  if (!setup.op_trace || setup.daemon_executed) return nullptr;
+  return ring::GpuControlLayout::Trace(control->device_ptr(), setup.rank);
+}
+
 device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   device::DeviceRankArgs a;
   void* c = control->device_ptr();
@@ -134,7 +139,7 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.error_word = ring::GpuControlLayout::Error(c);
   a.timeout_ns = setup.seg.params().op_timeout_ns;
   a.match_descriptors = true;
-  a.trace = ring::GpuControlLayout::Trace(c, setup.rank);
+  a.trace = trace();
   // Debug hook and negative control (daemon flags, in the segment header).
   const ring::SegmentParams& h = setup.seg.params();
   if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
@@ -211,7 +216,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
     if (!setup.daemon_executed && !in_kernel) {
       COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(ring::GpuControlLayout::Counter(c, setup.rank),
                                                      ring::GpuControlLayout::OpIndex(c, setup.rank), stream,
-                                                     nullptr, ring::GpuControlLayout::Trace(c, setup.rank)));
+                                                     nullptr, trace()));
     }
     if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
     // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
@@ -239,7 +244,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
       COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(
           ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
           nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
-          setup.daemon_executed ? nullptr : ring::GpuControlLayout::Trace(c, setup.rank)));
+          trace()));
     }
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
     event_recorded = true;

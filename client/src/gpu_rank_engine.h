@@ -66,6 +66,9 @@ class GpuRankEngine {
   bool Overlaps(const void* p, uint64_t bytes) const;
 
   device::DeviceRankArgs BaseArgs(uint64_t count) const;
+  // This rank's op trace, or null when the communicator keeps none
+  // (CommunicatorOptions::gpu_op_trace) or the daemon executes its ops.
+  uint64_t* trace() const;
 
   // A staged client-executed op: its `bytes` of input fit the slot, and send
   // and recv are device memory of this rank's device. `what` names the bytes

@@ -56,6 +56,7 @@ GpuCommSetup ClientImpl::MakeGpuSetup(const CommunicatorOptions& options, uint32
   setup.heap_bytes = resp.gpu_heap_bytes();
   setup.daemon_executed = resp.mode() == v1::EXECUTION_MODE_DAEMON;
   setup.blocks = resp.gpu_blocks();
+  setup.op_trace = options.gpu_op_trace;
   setup.queue_lease = std::move(queue_lease);
   setup.register_plan = [this, comm_id = resp.comm_id(), rank = segment_rank](CollectiveKind kind, DataType dtype,
                                                                              ReduceOp op, uint64_t count) {

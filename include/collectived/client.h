@@ -146,6 +146,12 @@ struct CommunicatorOptions {
   int device = -1;
   // GPU communicator: bytes of each rank's symmetric heap (AllocBuffer); all members must agree.
   uint64_t gpu_heap_bytes = 0;
+  // GPU communicator, client-executed: this rank's kernels keep the per-op
+  // trace GetOpTrace reads (a stress harness proving a race window open).
+  // Off, an op saves the trace's writes and the release fences that order
+  // them (docs/latency.md), and GetOpTrace is FAILED_PRECONDITION. Set it on
+  // every rank that reads traces. Host communicators always keep theirs.
+  bool gpu_op_trace = false;
 };
 
 class Communicator {

@@ -40,6 +40,9 @@ struct Ranks {
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<std::unique_ptr<Communicator>> comms;
   std::vector<gpuStream_t> streams;
+  // CommunicatorOptions::gpu_op_trace: off, as users get it, unless a test
+  // proves a race window from the device trace.
+  bool op_trace = false;
 
   Status Create(const Daemon& d, const std::string& key, uint32_t n, uint64_t heap_bytes,
                 ExecutionMode mode = ExecutionMode::kClient) {
@@ -67,6 +70,7 @@ struct Ranks {
         o.rank = r;
         o.device = 0;
         o.gpu_heap_bytes = heap_bytes;
+        o.gpu_op_trace = op_trace;
         o.mode = mode;
         o.op_timeout_ms = kOpTimeoutMs;
         o.join_timeout_ms = 20000;

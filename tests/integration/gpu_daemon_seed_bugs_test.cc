@@ -78,6 +78,7 @@ uint64_t ReuseAfterCompletion(bool unsafe) {
   const uint32_t n = 2;
   const uint64_t count = 4096;  // one-shot: rank 1 reads rank 0's input in place
   Ranks ranks;
+  ranks.op_trace = true;  // the window is read from the device trace
   EXPECT_TRUE(ranks.Create(d, "reuse", n, 1 << 20).ok());
   Buffers b;
   EXPECT_TRUE(b.Init(ranks, true, count * 4, count * 4).ok());

@@ -57,6 +57,7 @@ GpuTotals RunGpuStress(Client& client, const GpuStressOptions& o, bool (*keep_go
   copts.mode = o.mode;
   copts.device = device;
   copts.gpu_heap_bytes = (in_max + out_max + 4096) * o.window;
+  copts.gpu_op_trace = true;  // race windows are proved from the trace
   std::unique_ptr<Communicator> comm;
   Status s = client.CreateCommunicator(copts, &comm);
   if (!s.ok()) {
