@@ -126,7 +126,9 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       } else if (match) {
         // The peer's flag is exactly gen here: it publishes gen + 1 only
         // after this rank's end flag of gen. Its descriptor stays until then
-        // too. The words load unconditionally, so they are in flight at once
+        // too. (Not under the negative control that skips the end barrier: a
+        // peer a whole op ahead would read as a mismatch, as with the row
+        // this replaced.) The words load unconditionally, so they are in flight at once
         // (compared one by one after each load, they were one L2 round trip
         // each: docs/latency.md).
         const volatile uint64_t* theirs = line;

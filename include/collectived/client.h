@@ -150,7 +150,8 @@ struct CommunicatorOptions {
   // trace GetOpTrace reads (a stress harness proving a race window open).
   // Off, an op saves the trace's writes and the release fences that order
   // them (docs/latency.md), and GetOpTrace is FAILED_PRECONDITION. Set it on
-  // every rank that reads traces. Host communicators always keep theirs.
+  // every rank of the communicator: a trace holds every rank's entries, and a
+  // rank without it shows as not posted. Host communicators always keep theirs.
   bool gpu_op_trace = false;
 };
 
