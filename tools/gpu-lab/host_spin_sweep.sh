@@ -4,19 +4,24 @@
 # (COLLECTIVED_SPIN_ITERS, COLLECTIVED_YIELD_US, ring/wait.cc), to choose the
 # default for daemon-executed waits (at 8 processes 4000 spins lost to MPI by
 # 8-38x on 2026-12-05). "default" is the build's own policy.
-#   bash gpu-bundle/host_spin_sweep.sh     (env: PROCS, VARIANTS, ITERS)
+# One run of a policy is not enough: on 2026-12-05 (tenth session) the same
+# policy gave 43 and 244 us at 16 KiB, so ROUNDS repeats every variant,
+# rounds outermost (drift spreads over all variants alike).
+#   bash gpu-bundle/host_spin_sweep.sh     (env: PROCS, VARIANTS, ITERS, ROUNDS)
 source "$(dirname "$0")/gpu_bundle_env.sh"
 {
   echo "## $(date -u +%FT%TZ) $(nproc) cores: $(lscpu | grep -m1 'Model name' | sed 's/.*: *//')"
-  for n in ${PROCS:-8 4 2}; do
-    for v in ${VARIANTS:-default 4000:20 400:20 50:20 50:0}; do
-      unset COLLECTIVED_SPIN_ITERS COLLECTIVED_YIELD_US
-      if [ "$v" != default ]; then
-        export COLLECTIVED_SPIN_ITERS=${v%%:*} COLLECTIVED_YIELD_US=${v##*:}
-      fi
-      echo "## $n processes, spins:yield_us $v"
-      timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes 16384,1048576,4194304 --ops 0 \
-        --modes client,daemon 2>&1 | grep -v "^#\|^$"
+  for round in $(seq "${ROUNDS:-1}"); do
+    for n in ${PROCS:-8 4 2}; do
+      for v in ${VARIANTS:-default 4000:20 400:20 50:20 50:0}; do
+        unset COLLECTIVED_SPIN_ITERS COLLECTIVED_YIELD_US
+        if [ "$v" != default ]; then
+          export COLLECTIVED_SPIN_ITERS=${v%%:*} COLLECTIVED_YIELD_US=${v##*:}
+        fi
+        echo "## round $round, $n processes, spins:yield_us $v"
+        timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes 16384,1048576,4194304 --ops 0 \
+          --modes client,daemon 2>&1 | grep -v "^#\|^$"
+      done
     done
   done
 } 2>&1 | tee "$out/host_spin_sweep.txt"
