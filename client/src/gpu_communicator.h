@@ -133,7 +133,8 @@ class GpuCommunicator {
   // Sets the communicator's abort word in device memory from the host (a
   // private stream): every rank's spinning kernel gives up.
   Status RaiseAbort();
-  // Waits for every eager op this rank enqueued (before Destroy unmaps anything).
+  // Waits for every eager op this rank enqueued, and for every op of a
+  // replayed graph that has started (before Destroy unmaps anything).
   Status Quiesce(int64_t timeout_ms);
   // Gives back the hardware-queue reservation (on Destroy, once quiesced).
   void ReleaseQueueLease();
@@ -142,6 +143,9 @@ class GpuCommunicator {
 
  private:
   GpuCommunicator(std::unique_ptr<GpuRankEngine> engine, std::unique_ptr<DaemonPoster> daemon);
+  // Until this rank's device done word reaches its op counter (every op that
+  // started, graph-replayed ones too, completed) or `deadline_ns`.
+  Status WaitStartedOpsDone(int64_t deadline_ns);
   std::unique_ptr<GpuRankEngine> engine_;
   std::unique_ptr<DaemonPoster> daemon_;  // daemon-executed communicators only
 };

@@ -211,12 +211,14 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
   // later, so Quiesce and heap frees wait for what did get enqueued.
   bool event_recorded = false;
   const bool in_kernel = !setup.daemon_executed && !copy_in && !copy_out;
+  bool posted = false;  // a post that took an index, until its completion is enqueued too
   Status enqueued = [&]() -> Status {
     void* c = control->device_ptr();
     if (!setup.daemon_executed && !in_kernel) {
       COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(ring::GpuControlLayout::Counter(c, setup.rank),
                                                      ring::GpuControlLayout::OpIndex(c, setup.rank), stream,
                                                      nullptr, trace()));
+      posted = true;
     }
     if (copy_in) COLLECTIVED_RETURN_IF_ERROR(copy_in());
     // Debug hooks and the negative control, as on the host backend (daemon flags, in the segment header).
@@ -245,6 +247,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
           ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
           nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
           trace()));
+      posted = false;
     }
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
     event_recorded = true;
@@ -254,6 +257,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
     if (!event_recorded) gpuEventRecord(op->event, stream);  // best effort: cover what was enqueued
     order->last = op;  // under `ordered`, held since the wait above
   }
+  if (posted) post_without_complete.store(true, std::memory_order_release);
   COLLECTIVED_RETURN_IF_ERROR(enqueued);
   *out = std::move(op);
   return Status::Ok();

@@ -8,6 +8,7 @@
 #ifndef COLLECTIVED_CLIENT_SRC_GPU_RANK_ENGINE_H_
 #define COLLECTIVED_CLIENT_SRC_GPU_RANK_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +41,10 @@ class GpuRankEngine {
   std::shared_ptr<OpOrder> order = std::make_shared<OpOrder>();
   std::shared_ptr<RegisteredBuffers> registrations = std::make_shared<RegisteredBuffers>();
   FetchFd fetch;
+  // An op took an index (its post was enqueued) but its completion was not:
+  // the device's done word will stay behind the counter, so Quiesce cannot
+  // wait for the two to meet.
+  std::atomic<bool> post_without_complete{false};
 
   uint32_t world() const { return setup.seg.world_size(); }
   uint8_t* slot(uint32_t r) const { return static_cast<uint8_t*>(ranks[r]->device_ptr()); }

@@ -347,7 +347,9 @@ TEST(DeviceCollectivesTest, ReadsEndingAfterAnAbortFailAndPublishNoEndFlag) {
     }
     EXPECT_EQ(vr.Error(), abort ? kDeviceAborted : kDeviceOk);
     EXPECT_EQ(vr.Word32(vr.status_mirror(0)), abort ? kDeviceAborted : kDeviceOk);
-    if (!abort) EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, 5, count), 0u);
+    if (!abort) {
+      EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, 5, count), 0u);
+    }
   }
 }
 

@@ -120,6 +120,49 @@ TEST(GpuDaemonTest, HeapBufferFreedRightAfterAnOpWaitsForIt) {
   EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 53, out.data(), count), 0u);
 }
 
+// A graph replay is in no handle, so Destroy cannot wait on one as it does on
+// eager ops; it waits for this rank's device words instead (every op that
+// started has published done). Rank 1 reads 300 ms late, so rank 0's
+// replayed op sits in its end barrier when rank 0 destroys: Destroy must wait
+// for it (the timing shows it; rank 0 leaving aborts the communicator for
+// rank 1 either way, after the op). Had rank 0 left at once, its kernel
+// would have run on with its windows unmapped.
+TEST(GpuDaemonTest, DestroyWaitsForAGraphReplayStillRunning) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--debug-delay-rank", "1", "--debug-delay-us", "300000"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count = 4096, bytes = count * 4;
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "destroy-replay", n, 4 * bytes).ok());
+  std::vector<Buffer> send(n), recv(n);
+  std::vector<gpuGraphExec_t> exec(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    ASSERT_TRUE(ranks.comms[r]->AllocBuffer(bytes, &send[r]).ok());
+    ASSERT_TRUE(ranks.comms[r]->AllocBuffer(bytes, &recv[r]).ok());
+    Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, 61, count, send[r].data(), recv[r].data());
+    gpuGraph_t graph;
+    ASSERT_EQ(gpuStreamBeginCapture(ranks.streams[r], gpuStreamCaptureModeThreadLocal), gpuSuccess);
+    Handle h;
+    ASSERT_TRUE(ranks.comms[r]->AllReduce(send[r].data(), recv[r].data(), count, DataType::kFloat32, ReduceOp::kSum,
+                                          ranks.streams[r], &h).ok());
+    ASSERT_EQ(gpuStreamEndCapture(ranks.streams[r], &graph), gpuSuccess);
+    ASSERT_EQ(gpuGraphInstantiate(&exec[r], graph), gpuSuccess);
+    gpuGraphDestroy(graph);
+  }
+  for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(exec[r], ranks.streams[r]), gpuSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both kernels run; rank 1 is still delayed
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(ranks.comms[0]->Destroy().ok());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GT(waited, std::chrono::milliseconds(150)) << "Destroy returned while its rank's replay still ran";
+  ASSERT_EQ(gpuStreamSynchronize(ranks.streams[1]), gpuSuccess);
+  auto out = Download(recv[1].data(), bytes);
+  EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 61, out.data(), count), 0u);
+  ASSERT_EQ(gpuStreamSynchronize(ranks.streams[0]), gpuSuccess);
+  for (auto e : exec) gpuGraphExecDestroy(e);
+}
+
 // After Destroy nothing more is enqueued: the windows are about to go.
 TEST(GpuDaemonTest, NoOpAfterDestroy) {
   REQUIRE_GPU();
