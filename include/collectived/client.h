@@ -230,8 +230,9 @@ class Communicator {
   Status GetOpTrace(uint64_t index, std::vector<OpTrace>* per_rank) const;
 
   // Waits for this rank's posted ops, then leaves. Peers that still post ops
-  // get ABORTED. Idempotent. GPU: waits for this rank's eager ops; do not
-  // launch graphs that captured its ops afterwards.
+  // get ABORTED. Idempotent. GPU: waits for this rank's eager ops and for
+  // its graph-replayed ops that have started; do not launch graphs that
+  // captured its ops afterwards.
   Status Destroy();
 
  private:
