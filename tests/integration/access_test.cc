@@ -65,6 +65,10 @@ class AccessTest : public ::testing::Test {
     intruder_ = daemon_.dir() + "/intruder";
     std::filesystem::copy_file(COLLECTIVED_INTRUDER_BIN, intruder_);
     chmod(intruder_.c_str(), 0755);
+    // And the client library beside it: the build tree may be out of another
+    // uid's reach (a checkout under /root, or in a 0700 temp dir).
+    std::filesystem::copy_file(COLLECTIVED_CLIENT_LIB, daemon_.dir() + "/" + COLLECTIVED_CLIENT_SONAME);
+    chmod((daemon_.dir() + "/" + COLLECTIVED_CLIENT_SONAME).c_str(), 0755);
 
     victim_ = daemon_.Connect("victim");
     ASSERT_NE(victim_, nullptr);
@@ -99,6 +103,8 @@ class AccessTest : public ::testing::Test {
       argv = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(uid),
               "--clear-groups"};
     }
+    argv.push_back("/usr/bin/env");
+    argv.push_back("LD_LIBRARY_PATH=" + daemon_.dir());  // the client library copied there
     for (const std::string& a :
          {intruder_, daemon_.socket(), std::to_string(victim_->session_id()), std::to_string(victim_->session_token()),
           std::to_string(comm_->id()), std::to_string(buffer_.id()), std::string("victim-forming")}) {
