@@ -8,12 +8,17 @@
 # daemon (client-executed, zero copy), reference beside. With bin/collective-bench-old (a
 # build before a cut, packed by hand) the same runs of it come first, so
 # before and after share one run. Outputs under $OUT.
-#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none)
+#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none; RUN_S)
 source "$(dirname "$0")/gpu_bundle_env.sh"
+# Each run is bounded (RUN_S): on 2026-12-05 (tenth session) one hung run
+# took a whole device call with it. stdbuf: a killed run still shows its rows.
 bench() {
   local bin=$1
   shift
-  "$bin" -t all_reduce -p single -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G 10 "$@" 2>&1 | grep -v "^# least"
+  timeout "${RUN_S:-90}" stdbuf -oL "$bin" -t all_reduce -p single -b 16K -e 1M -f 4 -c 1 -n 50 -w 20 -G 10 "$@" 2>&1 |
+    grep -v "^# least"
+  [ "${PIPESTATUS[0]}" = 124 ] && echo "## timed out after ${RUN_S:-90} s"
+  return 0
 }
 work=$(mktemp -d)
 bin/collectived --socket "$work/c.sock" --backend cuda --max-message-bytes $((64 << 20)) --log-level warn \
