@@ -3,6 +3,9 @@
 # carry it with the device tool): the built binaries with the shared libraries
 # the GPU machine lacks (../shared/tools/device-bundle), and the scripts.
 #   bash tools/gpu-lab/make_gpu_bundle.sh [BUNDLE_DIR]   (after deploy/build.sh)
+# SLIM=1 leaves out the host-only test binaries (the whole bundle is about
+# 68 MB, over the device tool's 64 MiB carry limit with the tree); OLD_BENCH=F
+# packs F as bin/collective-bench-old (latency_breakdown.sh's "before").
 # The batch scripts expect every script flat beside bin/ in the bundle: this
 # folder's scripts, bench/gpu_baseline.sh, bench/run_host_bench.sh, tests/run_example.sh and
 # tests/stress/negative-controls.sh.
@@ -43,4 +46,16 @@ for component in libcollectived-client libcollectived-dev; do
   cmake --install "$root"/build --prefix "$out"/python-prefix --component "$component" > /dev/null
 done
 strip --strip-debug "$out"/python-prefix/lib/*.so.*.*
+if [ -n "${SLIM:-}" ]; then
+  for b in daemon_unit_test client_unit_test ring_test host_executor_test collectived_intruder host_kernels_test \
+    cluster_test daemon_test shm_window_test cumem_window_test multinode_test nccl_unit_test membership_test; do
+    rm -f "$out/bin/$b"
+  done
+fi
+if [ -n "${OLD_BENCH:-}" ]; then
+  cp "$OLD_BENCH" "$out"/bin/collective-bench-old
+  strip --strip-debug "$out"/bin/collective-bench-old
+fi
+# The plain reference kernel's source, for building it there beside ours.
+[ -f "$root"/../shared/reference/oneshot_ref.cu ] && cp "$root"/../shared/reference/oneshot_ref.cu "$out"/
 echo "bundle: $out ($(du -sh "$out" | cut -f1))"
