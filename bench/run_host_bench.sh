@@ -2,14 +2,17 @@
 # Starts a private collectived and runs collectived-host-bench under mpirun
 # with N client processes (default 8); prints the tables.
 #   bench/run_host_bench.sh [N] [extra bench args...]
-# COLLECTIVED_DAEMON_ARGS: extra daemon flags (e.g. --one-shot-max-bytes 8192).
+# COLLECTIVED_DAEMON_ARGS: extra daemon flags (e.g. --one-shot-max-bytes 8192);
+# COLLECTIVED_DAEMON_ENV: VAR=value words for the daemon alone (the clients
+# keep this shell's environment).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${COLLECTIVED_BUILD_DIR:-$root/build}/bin
 n=${1:-8}; shift || true
 work=$(mktemp -d /tmp/collectived-bench-XXXXXX)
 # shellcheck disable=SC2086  # the extra flags split into words
-"$bin/collectived" --socket "$work/c.sock" --log-level warn ${COLLECTIVED_DAEMON_ARGS:-} > "$work/daemon.log" 2>&1 &
+env ${COLLECTIVED_DAEMON_ENV:-} "$bin/collectived" --socket "$work/c.sock" --log-level warn ${COLLECTIVED_DAEMON_ARGS:-} \
+  > "$work/daemon.log" 2>&1 &
 daemon=$!
 trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do [ -S "$work/c.sock.fds" ] && break; sleep 0.05; done

@@ -4,9 +4,12 @@
 # (COLLECTIVED_SPIN_ITERS, COLLECTIVED_YIELD_US, ring/wait.cc), to choose the
 # default for daemon-executed waits (at 8 processes 4000 spins lost to MPI by
 # 8-38x on 2026-12-05). "default" is the build's own policy. A variant is
-# SPINS:YIELD_US[:ONE_SHOT_MAX_BYTES]: the third field is the daemon's
-# --one-shot-max-bytes (two-shot above it; 262144 by default), since at 16 KiB
-# and 8 processes a one-shot rank reads 128 KiB where two-shot reads 32.
+# SPINS:YIELD_US[:ONE_SHOT_MAX_BYTES[:CLIENT_SPINS]]: the third field is the
+# daemon's --one-shot-max-bytes (two-shot above it; 262144 by default, empty
+# for that), since at 16 KiB and 8 processes a one-shot rank reads 128 KiB
+# where two-shot reads 32; the fourth gives the clients their own spin count
+# (the daemon's executors keep SPINS): whether daemon-executed runs are slow
+# when clients spinning for completion crowd the executors.
 # One run of a policy is not enough: on 2026-12-05 (tenth session) the same
 # policy gave 43 and 244 us at 16 KiB, so ROUNDS repeats every variant,
 # rounds outermost (drift spreads over all variants alike).
@@ -17,11 +20,15 @@ source "$(dirname "$0")/gpu_bundle_env.sh"
   for round in $(seq "${ROUNDS:-1}"); do
     for n in ${PROCS:-8 4 2}; do
       for v in ${VARIANTS:-default 4000:20 400:20 50:20 50:0}; do
-        unset COLLECTIVED_SPIN_ITERS COLLECTIVED_YIELD_US COLLECTIVED_DAEMON_ARGS
+        unset COLLECTIVED_SPIN_ITERS COLLECTIVED_YIELD_US COLLECTIVED_DAEMON_ARGS COLLECTIVED_DAEMON_ENV
         if [ "$v" != default ]; then
-          IFS=: read -r spins yield_us one_shot <<< "$v"
+          IFS=: read -r spins yield_us one_shot client_spins <<< "$v"
           export COLLECTIVED_SPIN_ITERS=$spins COLLECTIVED_YIELD_US=$yield_us
           [ -n "$one_shot" ] && export COLLECTIVED_DAEMON_ARGS="--one-shot-max-bytes $one_shot"
+          if [ -n "$client_spins" ]; then
+            export COLLECTIVED_DAEMON_ENV="COLLECTIVED_SPIN_ITERS=$spins COLLECTIVED_YIELD_US=$yield_us"
+            export COLLECTIVED_SPIN_ITERS=$client_spins
+          fi
         fi
         echo "## round $round, $n processes, spins:yield_us $v"
         timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes 16384,1048576,4194304 --ops 0 \
