@@ -9,10 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "collectived/v1/collectived.grpc.pb.h"
 #include "tests/integration/daemon_harness.h"
@@ -30,6 +33,35 @@ struct Said {
   int code = -1;
   std::string message;
 };
+
+// Sanitizer builds (tests/sanitizers/run.sh) name a suppressions file in the
+// source tree and a reports dir that another uid may not reach: TSan then
+// dies at start (exit 66, its suppressions unreadable). For that uid: the
+// suppressions copied into `dir`, reports to stderr (the test's own log; a
+// report fails the run through its exit code).
+std::vector<std::string> SanitizerEnvFor(const std::string& dir) {
+  std::vector<std::string> words;
+  for (const char* var : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"}) {
+    const char* value = std::getenv(var);
+    if (value == nullptr) continue;
+    std::string kept;
+    std::istringstream in(value);
+    std::string option;
+    while (std::getline(in, option, ':')) {
+      if (option.rfind("log_path=", 0) == 0) continue;
+      if (option.rfind("suppressions=", 0) == 0) {
+        const std::string copy = dir + "/" + var + ".supp";
+        std::error_code ec;
+        std::filesystem::copy_file(option.substr(13), copy, std::filesystem::copy_options::overwrite_existing, ec);
+        chmod(copy.c_str(), 0644);
+        option = "suppressions=" + copy;
+      }
+      kept += (kept.empty() ? "" : ":") + option;
+    }
+    words.push_back(std::string(var) + "=" + kept);
+  }
+  return words;
+}
 
 // The intruder's lines: "<what> <code> <message>" (stats_comm lines kept whole).
 std::map<std::string, Said> Parse(const std::string& out, std::vector<std::string>* stats_lines) {
@@ -105,6 +137,9 @@ class AccessTest : public ::testing::Test {
     }
     argv.push_back("/usr/bin/env");
     argv.push_back("LD_LIBRARY_PATH=" + daemon_.dir());  // the client library copied there
+    if (uid >= 0) {
+      for (const std::string& w : SanitizerEnvFor(daemon_.dir())) argv.push_back(w);
+    }
     for (const std::string& a :
          {intruder_, daemon_.socket(), std::to_string(victim_->session_id()), std::to_string(victim_->session_token()),
           std::to_string(comm_->id()), std::to_string(buffer_.id()), std::string("victim-forming")}) {
