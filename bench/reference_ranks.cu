@@ -48,14 +48,24 @@ __device__ __forceinline__ unsigned long long GlobalTimerNs() {
   return t;
 }
 
-__device__ void Barrier(unsigned long long* flags, int phase, int rank, int n, unsigned long long gen, Stuck* stuck) {
+// `shared_gen` is the block's generation in shared memory, read after the
+// first __syncthreads, which publishes thread 0's write of it. (Passed by
+// value it was read before that barrier: threads other than 0 spun for a
+// stale shared value, a leftover of whatever kernel ran there before. On the
+// H100, 2026-12-05, that was a generation far ahead, and -r 1 hung.)
+__device__ void Barrier(unsigned long long* flags, int phase, int rank, int n, const unsigned long long* shared_gen,
+                        Stuck* stuck) {
   unsigned long long* base = flags + (static_cast<size_t>(phase) * gridDim.x + blockIdx.x) * kMaxRanks * kFlagStride;
   __syncthreads();
+  const unsigned long long gen = *shared_gen;
   if (threadIdx.x == 0) StoreRelease(base + rank * kFlagStride, gen);
   if (threadIdx.x < n) {
     unsigned long long seen, start = 0;
     for (unsigned spins = 0; (seen = LoadAcquire(base + threadIdx.x * kFlagStride)) < gen;) {
       if ((++spins & 1023) != 0) continue;
+      // One stuck spin ends the rest at once: their ranks' generations no
+      // longer agree, and each would wait its own 10 s, op after op.
+      if (*reinterpret_cast<volatile unsigned long long*>(&stuck->hit) != 0) break;
       const unsigned long long now = GlobalTimerNs();
       if (start == 0) start = now;
       if (now - start > kStuckNs) {
@@ -85,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, 2) RefOneShot(RefArgs a) {
   __shared__ unsigned long long gen;
   unsigned long long* mine = a.gens + static_cast<size_t>(a.rank) * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) gen = *mine + 1;
-  Barrier(a.flags, 0, a.rank, N, gen, a.stuck);  // its __syncthreads publishes gen to the block
+  Barrier(a.flags, 0, a.rank, N, &gen, a.stuck);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t n4 = a.count / 4;
@@ -107,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 2) RefOneShot(RefArgs a) {
     for (int r = 1; r < N; ++r) acc += a.in[r][i];
     a.out[i] = acc;
   }
-  Barrier(a.flags, 1, a.rank, N, gen, a.stuck);  // nobody leaves while a peer may still read its input
+  Barrier(a.flags, 1, a.rank, N, &gen, a.stuck);  // nobody leaves while a peer may still read its input
   if (threadIdx.x == 0) *mine = gen;
 }
 
