@@ -29,6 +29,18 @@ bins=bin/collective-bench
 [ -x bin/collective-bench-old ] && bins="bin/collective-bench-old $bins"
 {
   echo "## $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
+  echo "## GPU processes: $(nvidia-smi --query-compute-apps=pid,name --format=csv,noheader | tr '\n' ' ')"
+  echo "## MPS control running: $(pgrep -c nvidia-cuda-mps || true)"
+  # The plain reference as shipped (../shared/reference, copied in by
+  # make_gpu_bundle.sh), built and run here: the yardstick from the same
+  # script even if collective-bench -r 1 stalls.
+  if [ -f oneshot_ref.cu ] && command -v nvcc > /dev/null; then
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+    if nvcc -O2 -arch="sm_$cc" -o "$work/oneshot_ref" oneshot_ref.cu; then
+      echo "## ../shared/reference/oneshot_ref.cu (sm_$cc)"
+      timeout 60 "$work/oneshot_ref" | grep "graph-replayed" || echo "## oneshot_ref failed or timed out"
+    fi
+  fi
   for round in $(seq "${ROUNDS:-1}"); do
     for g in ${RANKS:-2 8}; do
       for b in $bins; do
