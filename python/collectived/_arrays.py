@@ -89,15 +89,31 @@ def _describe_torch(t: Any, what: str, as_dtype: Optional[int]) -> Array:
     if not t.is_contiguous():
         raise InvalidArgumentError(f"{what}: the tensor is not contiguous (strides {tuple(t.stride())}); "
                                    "pass t.contiguous()")
-    dev = t.device
-    if dev.type == "cuda":
-        import torch
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        stream = torch.cuda.current_stream(index).cuda_stream
-        return Array(t.data_ptr(), t.numel(), dtype, index, stream, tuple(t.shape))
-    if dev.type == "cpu":
+    # Per op, so the cheap calls: t.is_cuda and t.get_device() (an int) rather
+    # than t.device, and the raw current stream rather than
+    # torch.cuda.current_stream(), which builds a Stream object under a
+    # device guard (tools/gpu-lab/python_overhead_probe.py times each).
+    if t.is_cuda:
+        index = t.get_device()
+        return Array(t.data_ptr(), t.numel(), dtype, index, _torch_raw_stream(index), tuple(t.shape))
+    if t.device.type == "cpu":
         return Array(t.data_ptr(), t.numel(), dtype, -1, None, tuple(t.shape))
-    raise InvalidArgumentError(f"{what}: torch device {dev} is neither cpu nor cuda")
+    raise InvalidArgumentError(f"{what}: torch device {t.device} is neither cpu nor cuda")
+
+
+_raw_stream = None
+
+
+def _torch_raw_stream(index: int) -> int:
+    """torch's current stream on device `index`, as the integer handle."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
+        # torch._C._cuda_getCurrentRawStream is what torch's own compiled
+        # code (inductor) calls per launch; older torch may lack it.
+        fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _raw_stream = fast if fast is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    return _raw_stream(index)
 
 
 def _describe_cai(x: Any, cai: dict, what: str, writable: bool, as_dtype: Optional[int]) -> Array:
@@ -144,5 +160,5 @@ def _framework_stream(mod: str, device: int) -> Optional[int]:
     if "torch" in sys.modules:
         import torch
         if torch.cuda.is_available():
-            return torch.cuda.current_stream(device).cuda_stream
+            return _torch_raw_stream(device)
     return None

@@ -23,6 +23,8 @@ start_private_mps "$work"
   echo "## pytest tests/python"
   (cd "$repo/tests/python" && timeout 420 python3 -m pytest -q -p no:cacheprovider -rs . 2>&1 | tail -40)
   if [ -n "${BENCH:-}" ]; then
+    echo "## probe: the Python path's steps before the native call"
+    timeout 60 python3 "$repo/tools/gpu-lab/python_overhead_probe.py" 2>&1 | tail -12
     echo "## bench: Python"
     (cd "$repo/tests/python" && COLLECTIVED_PY_BENCH=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider \
       -k bench test_gpu.py 2>&1 | grep -E "BENCH|passed|failed|Error")
