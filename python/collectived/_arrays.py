@@ -95,7 +95,7 @@ def _describe_torch(t: Any, what: str, as_dtype: Optional[int]) -> Array:
     # device guard (tools/gpu-lab/python_overhead_probe.py times each).
     if t.is_cuda:
         index = t.get_device()
-        return Array(t.data_ptr(), t.numel(), dtype, index, _torch_raw_stream(index), tuple(t.shape))
+        return Array(t.data_ptr(), t.numel(), dtype, index, _torch_raw_stream(index), t.shape)  # torch.Size: a tuple
     if t.device.type == "cpu":
         return Array(t.data_ptr(), t.numel(), dtype, -1, None, tuple(t.shape))
     raise InvalidArgumentError(f"{what}: torch device {t.device} is neither cpu nor cuda")
