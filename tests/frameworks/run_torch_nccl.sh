@@ -53,6 +53,16 @@ sizes=${BENCH_SIZES:-16384,1048576,67108864,1073741824}
 for np in ${BENCH:-}; do
   echo "## bench: $np processes, torch through the library"
   torchrun "$np" bench "$sizes" "${BENCH_ITERS:-200}" || status=1
+  # The library alone, no framework: a program written against nccl.h
+  # (nccl_check --mode bench), timed as collective-bench times the C++ client.
+  check_bin=${COLLECTIVED_NCCL_CHECK_BIN:-$build/bin/nccl_check}
+  if [ -n "${CPP_BENCH:-}" ] && [ -x "$check_bin" ]; then
+    echo "## bench: $np processes, a program against nccl.h (nccl_check --mode bench)"
+    mkdir -p "$work/ids-$np"
+    mpirun --oversubscribe --bind-to none -np "$np" -x COLLECTIVED_SOCKET -x LD_LIBRARY_PATH \
+      -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY "$check_bin" --mode bench --dir "$work/ids-$np" \
+      --bytes "$sizes" 2>&1 | grep -v "^PASS" || status=1
+  fi
   # The yardstick in the same run: the C++ client on the same daemon, the
   # same path (cudaMalloc buffers, staged), one rank per process.
   if [ -n "${CPP_BENCH:-}" ]; then

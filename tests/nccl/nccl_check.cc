@@ -6,6 +6,13 @@
 //
 //   nccl_check --mode ops|graph|split|nonblocking|abort|kill|initall --dir DIR
 //              [--rank R --world N] [--max-bytes B]
+//   nccl_check --mode bench --dir DIR [--bytes 16384,1048576] [--zero-copy 0|1]
+//
+// --mode bench times ncclAllReduce (float32 sum, out of place) as
+// collective-bench times the C++ client (-n 20 -w 5, -G 20, -Y 1), so the
+// NCCL API library's own cost per op is one row against the other in the
+// same run, with no framework in between (tests/frameworks/run_torch_nccl.sh
+// prints the three side by side). Each size is checked exactly first.
 //
 // DIR is where rank 0 leaves the ncclUniqueId for the others (one machine).
 // Ranks under mpirun take R and N from Open MPI's environment.
@@ -562,6 +569,93 @@ void ModeInitAll() {
   }
 }
 
+// Seconds per op of `iters` ops (graph: `graphs` launches of a graph of
+// `iters` ops; sync_each: the host waits for each op), the slowest rank's.
+double TimeOps(ncclComm_t comm, cudaStream_t s, const void* in, void* out, uint64_t count, int iters, int graphs,
+               bool sync_each, double* scratch) {
+  auto op = [&] { NCCL_OK(ncclAllReduce(in, out, count, ncclFloat32, ncclSum, comm, s)); };
+  for (int i = 0; i < 5; ++i) op();
+  cudaGraphExec_t exec = nullptr;
+  if (graphs > 0) {
+    cudaGraph_t graph;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < iters; ++i) op();
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaGraphLaunch(exec, s));
+  }
+  CUDA_OK(cudaStreamSynchronize(s));
+  // Every rank starts together: a one-element all-reduce, then its stream.
+  NCCL_OK(ncclAllReduce(scratch, scratch, 1, ncclFloat64, ncclSum, comm, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  const auto start = std::chrono::steady_clock::now();
+  if (graphs > 0) {
+    for (int g = 0; g < graphs; ++g) CUDA_OK(cudaGraphLaunch(exec, s));
+  } else {
+    for (int i = 0; i < iters; ++i) {
+      op();
+      if (sync_each) CUDA_OK(cudaStreamSynchronize(s));
+    }
+  }
+  CUDA_OK(cudaStreamSynchronize(s));
+  double secs = Ms(start) / 1e3 / (graphs > 0 ? double(graphs) * iters : iters);
+  if (exec != nullptr) CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaMemcpy(scratch, &secs, sizeof(secs), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclAllReduce(scratch, scratch, 1, ncclFloat64, ncclMax, comm, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(&secs, scratch, sizeof(secs), cudaMemcpyDeviceToHost));
+  return secs;
+}
+
+std::string g_bytes = "16384,1048576,67108864,1073741824";
+bool g_zero_copy = false;
+
+void ModeBench() {
+  ncclComm_t comm = InitComm("bench");
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  double* scratch = nullptr;
+  CUDA_OK(cudaMalloc(&scratch, sizeof(double)));
+  if (g_rank == 0) {
+    std::printf("# nccl_check --mode bench: ncclAllReduce float32 sum out of place through the NCCL API library, %d "
+                "ranks, %s buffers, slowest rank; eager -n 20 -w 5, eager with the host waiting for each op, graph "
+                "-G 20 of 20 ops\n", g_world, g_zero_copy ? "ncclMemAlloc (zero-copy)" : "cudaMalloc (staged)");
+    std::printf("%12s %10s %12s %10s\n", "bytes", "eager_us", "eager_sync_us", "graph_us");
+  }
+  for (size_t at = 0; at < g_bytes.size();) {
+    size_t comma = g_bytes.find(',', at);
+    if (comma == std::string::npos) comma = g_bytes.size();
+    const uint64_t bytes = std::strtoull(g_bytes.substr(at, comma - at).c_str(), nullptr, 10);
+    at = comma + 1;
+    const uint64_t count = bytes / 4;
+    if (count == 0) continue;
+    {
+      DevBuf in(comm, count * 4, g_zero_copy), out(comm, count * 4, g_zero_copy);
+      std::vector<uint8_t> h;
+      FillHost(kTypes[0], ReduceOp::kSum, g_rank, 7, &h, count);
+      Upload(in.p, h);
+      PoisonDevice(out.p, count * 4);
+      NCCL_OK(ncclAllReduce(in.p, out.p, count, ncclFloat32, ncclSum, comm, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      Expect(ex::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, g_world, 7, Download(out.p, count * 4).data(),
+                                     count),
+             "bench all-reduce of " + std::to_string(bytes) + " bytes");
+      const double eager = TimeOps(comm, s, in.p, out.p, count, 20, 0, false, scratch);
+      const double eager_sync = TimeOps(comm, s, in.p, out.p, count, 20, 0, true, scratch);
+      const double graph = TimeOps(comm, s, in.p, out.p, count, 20, 20, false, scratch);
+      if (g_rank == 0) {
+        std::printf("%12llu %10.2f %12.2f %10.2f\n", static_cast<unsigned long long>(bytes), eager * 1e6,
+                    eager_sync * 1e6, graph * 1e6);
+        std::fflush(stdout);
+      }
+    }
+  }
+  CUDA_OK(cudaFree(scratch));
+  NCCL_OK(ncclCommDestroy(comm));
+  cudaStreamDestroy(s);
+}
+
 }  // namespace
 
 // A crash prints where it was (the graph mode's one rank died of SIGSEGV on
@@ -589,6 +683,8 @@ int main(int argc, char** argv) {
     else if (k == "--rank") g_rank = std::atoi(v.c_str());
     else if (k == "--world") g_world = std::atoi(v.c_str());
     else if (k == "--max-bytes") g_max_bytes = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--bytes") g_bytes = v;
+    else if (k == "--zero-copy") g_zero_copy = std::atoi(v.c_str()) != 0;
     else Die("unknown flag " + k);
   }
   if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) g_rank = std::atoi(r);
@@ -603,6 +699,7 @@ int main(int argc, char** argv) {
   else if (mode == "abort") ModeAbort();
   else if (mode == "kill") ModeKill();
   else if (mode == "initall") ModeInitAll();
+  else if (mode == "bench") ModeBench();
   else Die("unknown mode " + mode);
   std::printf("PASS rank %d of %d: mode %s, %llu checks, %.0f ms\n", g_rank, g_world, mode.c_str(),
               static_cast<unsigned long long>(g_checks), Ms(start));
