@@ -33,6 +33,10 @@
  *                         the abort word (found by the soak: a peer's slot rewritten
  *                         under a slow reader, whose op then succeeded)
  *
+ * ABORT_CHECK_AFTER_FLAG (a safe variant, the GPU kernels' order): the
+ * executor looks at the abort word just after publishing its end flag
+ * instead of just before (ring/op_ring_device.cuh, Barrier).
+ *
  * FUSED=mask: op i runs fused where bit i is set (small daemon-executed host
  * ops, docs/protocol.md "Fused"): every executor reads every descriptor;
  * rank k != 0 publishes its start flag and, unless it then finds the abort
@@ -250,15 +254,25 @@ proctype Executor(byte r) {
      complete(r, i);
 #endif
      written[r * K + i] = 1;
-#ifndef ABORT_UNCHECKED
+#if !defined(ABORT_UNCHECKED) && !defined(ABORT_CHECK_AFTER_FLAG)
      /* Reads over: once aborted the op does not succeed (a peer that failed
-      * it may reuse its buffers); checked before this rank's end flag. */
+      * it may reuse its buffers); checked before this rank's end flag (the
+      * host executor). */
      if
      :: aborted -> goto failop
      :: else
      fi;
 #endif
      PUBLISH(END, r, i);
+#ifdef ABORT_CHECK_AFTER_FLAG
+     /* The kernels' order: the same check just after the end flag (which
+      * says only that this rank's reads are over), overlapping the wait for
+      * the peers' flags. */
+     if
+     :: aborted -> goto failop
+     :: else
+     fi;
+#endif
 #ifndef SKIP_END_BARRIER
      barrier(END, i);
 #endif
