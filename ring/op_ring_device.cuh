@@ -109,15 +109,17 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
       __threadfence_system();
 #endif
+      StoreRelease(line, gen);
+      // Reads that end after an abort may have overlapped a peer's next op:
+      // a peer that left its end barrier on the abort word rewrites its slot
+      // (or its caller its buffer). The op then fails (docs/proof.md, the
+      // abort rule). Read after the end flag, not before: the flag only
+      // says this block finished reading, true either way, and the read
+      // then overlaps the wait for the peers' flags instead of delaying
+      // them by a round trip (docs/latency.md, eleventh session).
       if (phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0 && LoadAcquire(a.abort_word) != 0) {
-        // Reads that end after an abort may have overlapped a peer's next
-        // op: a peer that left its end barrier on the abort word rewrites
-        // its slot (or its caller its buffer). The op fails instead of
-        // passing on flags published before (docs/proof.md, the abort rule).
         RecordError(a, kDeviceAborted);
         failed = 1;
-      } else {
-        StoreRelease(line, gen);
       }
     } else {
       const uint64_t* line = FlagLine(a, phase, threadIdx.x);

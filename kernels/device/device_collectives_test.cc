@@ -302,30 +302,27 @@ TEST(DeviceCollectivesTest, AbortWordReleasesASpinningRank) {
 }
 
 // The abort rule's second half (docs/proof.md): a rank whose reads end after
-// the abort word is raised fails its op and publishes no end flag, since a
-// peer that left its end barrier on the abort may already be rewriting what
-// it read. Rank 0 is held 300 ms inside its data phase; rank 1 publishes its
-// end flag and spins for rank 0's; the abort is raised 100 ms in. Rank 1
-// leaves on the abort word; rank 0, on finishing its reads, must see the
-// abort and leave its end flags unpublished. The same run without the abort
-// is the control: there rank 0 publishes them, so the flags are where this
-// test reads them and an unpublished one means the check held it back.
-TEST(DeviceCollectivesTest, ReadsEndingAfterAnAbortFailAndPublishNoEndFlag) {
+// the abort word is raised fails its op, since a peer that left its end
+// barrier on the abort may already be rewriting what it read. One rank, held
+// 300 ms inside its data phase; the abort is raised 100 ms in, after the op
+// began. With no peer to spin for, the check after the reads is the only one
+// that can see the abort: the verdict is that check's. The same run without
+// the abort is the control (the op succeeds, exact). With the check gone the
+// aborted run would report success.
+TEST(DeviceCollectivesTest, ReadsEndingAfterAnAbortFailTheOp) {
   REQUIRE_GPU();
   const uint64_t count = 1 << 14;
   const uint32_t blocks = 4;
   for (bool abort : {false, true}) {
-    SCOPED_TRACE(abort ? "abort raised during rank 0's reads" : "control: no abort");
+    SCOPED_TRACE(abort ? "abort raised during the reads" : "control: no abort");
     VirtualRanks vr;
-    ASSERT_TRUE(vr.Init(2, count * 4, count * 4, /*timeout_ns=*/20'000'000'000).ok());
+    ASSERT_TRUE(vr.Init(1, count * 4, count * 4, /*timeout_ns=*/20'000'000'000).ok());
     vr.SetSingleLaunch(true);
     ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, count, false).ok());
     device::DeviceRankArgs slow = vr.Args(0, count, false);
     slow.debug_read_delay_ns = 300'000'000;
     ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, slow, blocks,
                                 vr.stream(0)).ok());
-    ASSERT_TRUE(vr.AllReduceOn(1, DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, blocks)
-                    .ok());
     gpuStream_t side;
     ASSERT_EQ(gpuStreamCreateWithFlags(&side, gpuStreamNonBlocking), gpuSuccess);
     if (abort) {
@@ -336,14 +333,10 @@ TEST(DeviceCollectivesTest, ReadsEndingAfterAnAbortFailAndPublishNoEndFlag) {
     }
     ASSERT_TRUE(vr.Sync().ok());
     gpuStreamDestroy(side);
-    // Op 1 (gen 1) completed on both ranks, failed or not.
-    EXPECT_EQ(vr.Word(vr.done(0)), 1u);
-    EXPECT_EQ(vr.Word(vr.done(1)), 1u);
+    EXPECT_EQ(vr.Word(vr.done(0)), 1u);  // op 1 completed, failed or not
     for (uint32_t b = 0; b < blocks; ++b) {
-      SCOPED_TRACE("block " + std::to_string(b));
-      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(0, b, 0)), 1u) << "rank 0's start flag";
-      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(1, b, 1)), 1u) << "rank 1's end flag";
-      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(1, b, 0)), abort ? 0u : 1u) << "rank 0's end flag";
+      // Published either way: the flag says the block finished reading.
+      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(1, b, 0)), 1u) << "block " << b << "'s end flag";
     }
     EXPECT_EQ(vr.Error(), abort ? kDeviceAborted : kDeviceOk);
     EXPECT_EQ(vr.Word32(vr.status_mirror(0)), abort ? kDeviceAborted : kDeviceOk);
