@@ -157,7 +157,10 @@ Status GpuCommMemory::ReadCounts(uint32_t world, Counts* out) const {
   for (uint32_t r = 0; r < world; ++r) {
     const uint64_t at = (ring::GpuControlLayout::Counter(c, r) - static_cast<uint64_t*>(c)) - first;
     out->posted[r] = words[at];
-    out->completed[r] = words[(ring::GpuControlLayout::Done(c, r) - static_cast<uint64_t*>(c)) - first];
+    // Done, or the client library's block words (single-launch ops).
+    out->completed[r] = ring::CompletedOps(words[(ring::GpuControlLayout::Done(c, r) - static_cast<uint64_t*>(c)) - first],
+                                           &words[(ring::GpuControlLayout::BlockDone(c, r) - static_cast<uint64_t*>(c)) - first],
+                                           blocks());
   }
   out->error = static_cast<int32_t>(words[ring::GpuControlLayout::kErrorWord - first] & 0xffffffffu);
   out->abort = words[ring::GpuControlLayout::kAbortWord - first];

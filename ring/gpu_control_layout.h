@@ -10,6 +10,9 @@
 //                      line each; a start flag's line carries the rank's op
 //                      descriptor beside the flag (the device-side matcher)
 //   per rank           counter, op index, done, finished (one 128-byte line each rank)
+//   per rank, block    a block's completion: the generation its last op
+//                      completed with (single-launch ops keep them instead
+//                      of done: docs/latency.md, the fifth cut)
 //   error word         first DeviceError of the communicator (sticky)
 //   abort word         nonzero: every spin gives up (kernels on a deadline or
 //                      mismatch; the daemon when a member leaves)
@@ -71,7 +74,8 @@ constexpr uint64_t kHeapAlignment = 256;   // bytes: heap buffers and the slot k
 struct GpuControlLayout {
   static constexpr uint64_t kFlagsWord = 0;
   static constexpr uint64_t kRankWordsWord = kFlagWords;
-  static constexpr uint64_t kErrorWord = kRankWordsWord + kMaxDeviceRanks * kRankWordsStride;
+  static constexpr uint64_t kBlockDoneWord = kRankWordsWord + kMaxDeviceRanks * kRankWordsStride;
+  static constexpr uint64_t kErrorWord = kBlockDoneWord + uint64_t{kMaxDeviceRanks} * kMaxBlocks;
   static constexpr uint64_t kAbortWord = kErrorWord + 8;  // its own 64-byte line
   static constexpr uint64_t kTraceWord = kAbortWord + 8;  // kMaxDeviceRanks op traces (kTraceDepth entries each)
   static constexpr uint64_t kBytes = (kTraceWord + uint64_t{kMaxDeviceRanks} * kTraceDepth * kTraceEntryWords) * 8;
@@ -82,6 +86,10 @@ struct GpuControlLayout {
   static uint64_t* Done(void* base, uint32_t rank) { return RankWords(base, rank) + 2; }
   static uint32_t* Finished(void* base, uint32_t rank) {
     return reinterpret_cast<uint32_t*>(RankWords(base, rank) + 3);
+  }
+  // Rank `rank`'s kMaxBlocks block completion words (see CompletedOps).
+  static uint64_t* BlockDone(void* base, uint32_t rank) {
+    return static_cast<uint64_t*>(base) + kBlockDoneWord + uint64_t{rank} * kMaxBlocks;
   }
   static int32_t* Error(void* base) { return reinterpret_cast<int32_t*>(static_cast<uint64_t*>(base) + kErrorWord); }
   static uint64_t* Abort(void* base) { return static_cast<uint64_t*>(base) + kAbortWord; }
@@ -94,6 +102,18 @@ struct GpuControlLayout {
     return static_cast<uint64_t*>(base) + kRankWordsWord + rank * kRankWordsStride;
   }
 };
+
+// Ops of a rank completed, from its words as read from the window: `done`
+// and its first `blocks` block completion words (`blocks`: the communicator's
+// blocks per kernel). Post/complete ops publish done; single-launch ops of
+// the client library publish a word per block, each once its block is
+// through; a rank's ops run one after another, so the later of the two is
+// its count, and an op of `blocks` blocks completes when its slowest does.
+inline uint64_t CompletedOps(uint64_t done, const uint64_t* block_done, uint32_t blocks) {
+  uint64_t least = blocks == 0 ? 0 : block_done[0];
+  for (uint32_t b = 1; b < blocks; ++b) least = block_done[b] < least ? block_done[b] : least;
+  return done > least ? done : least;
+}
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 

@@ -126,7 +126,12 @@ TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
   EXPECT_EQ(at(GpuControlLayout::OpIndex(base, 3)), at(GpuControlLayout::Counter(base, 3)) + 8);
   EXPECT_EQ(at(GpuControlLayout::Done(base, 3)), at(GpuControlLayout::Counter(base, 3)) + 16);
   EXPECT_EQ(at(GpuControlLayout::Finished(base, 3)), at(GpuControlLayout::Counter(base, 3)) + 24);
-  EXPECT_GE(at(GpuControlLayout::Error(base)), at(GpuControlLayout::Counter(base, kMaxDeviceRanks - 1)) + 128);
+  // Block completion words after the rank lines, kMaxBlocks per rank, before the error word.
+  EXPECT_GE(at(GpuControlLayout::BlockDone(base, 0)), at(GpuControlLayout::Counter(base, kMaxDeviceRanks - 1)) + 128);
+  EXPECT_EQ(at(GpuControlLayout::BlockDone(base, 1)) - at(GpuControlLayout::BlockDone(base, 0)),
+            static_cast<ptrdiff_t>(kMaxBlocks * 8));
+  EXPECT_GE(at(GpuControlLayout::Error(base)), at(GpuControlLayout::BlockDone(base, kMaxDeviceRanks - 1)) +
+                                                   static_cast<ptrdiff_t>(kMaxBlocks * 8));
   // A flag's line holds the flag and the descriptor beside it.
   EXPECT_GE(kFlagLineWords * 8, 128u);
   EXPECT_GE(kFlagLineWords, kDescriptorWords);
@@ -134,6 +139,18 @@ TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
   EXPECT_EQ(at(GpuControlLayout::Trace(base, kMaxDeviceRanks)), static_cast<ptrdiff_t>(GpuControlLayout::kBytes));
   EXPECT_EQ(AlignUp(1, kHeapAlignment), kHeapAlignment);
   EXPECT_EQ(AlignUp(kHeapAlignment, kHeapAlignment), kHeapAlignment);
+}
+
+// What a reader of the window counts as a rank's completed ops: the later of
+// done (post/complete ops) and the slowest of the rank's blocks (single-launch
+// ops with a word per block); words past `blocks` are not the communicator's.
+TEST(GpuControlLayoutTest, CompletedOpsIsTheLaterOfDoneAndTheSlowestBlock) {
+  const uint64_t words[4] = {7, 7, 6, 1};
+  EXPECT_EQ(CompletedOps(5, words, 3), 6u);   // a block still in op 7
+  EXPECT_EQ(CompletedOps(9, words, 3), 9u);   // post/complete ops since
+  EXPECT_EQ(CompletedOps(5, words, 2), 7u);   // only the communicator's blocks count
+  EXPECT_EQ(CompletedOps(5, words, 4), 5u);
+  EXPECT_EQ(CompletedOps(4, words, 0), 4u);   // no block words: done alone
 }
 
 }  // namespace

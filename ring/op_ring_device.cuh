@@ -178,7 +178,13 @@ __device__ inline bool BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
   __shared__ uint64_t gen;
   __shared__ int live;
   if (threadIdx.x == 0) {
-    gen = (a.op_index != nullptr ? *a.op_index : *a.done) + 1;
+    if (a.op_index != nullptr) {
+      gen = *a.op_index + 1;
+    } else {
+      const uint64_t done = *a.done;
+      const uint64_t mine = a.block_done != nullptr ? a.block_done[blockIdx.x] : 0;
+      gen = (done > mine ? done : mine) + 1;
+    }
     live = (a.bench_skip & kSkipAbortChecks) != 0 || LoadAcquire(a.abort_word) == 0;
     if (!live) RecordError(a, kDeviceAborted);
     if (a.op_index == nullptr && blockIdx.x == 0) {
@@ -223,13 +229,23 @@ __device__ __forceinline__ bool CountFinishedBlock(uint32_t* finished, uint32_t 
 
 // Single-launch mode: the last block to finish completes the op, after every
 // block's writes, whether it succeeded or not: the verdict, the trace's
-// completion, then done. `synced`: the block's threads have just met in a
+// completion, then done. With block_done each block publishes its own word
+// instead of done, and only counts itself when a last block has a verdict or
+// a trace to publish. `synced`: the block's threads have just met in a
 // bar.sync (every step of RunOp but the unsafe skip ends in one), which
 // orders their writes before thread 0's count as this one would.
 __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced = false) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   if (!synced) __syncthreads();
   if (threadIdx.x == 0) {
+    const bool per_block = a.block_done != nullptr;
+    if (per_block && a.status_mirror == nullptr && a.trace == nullptr) {
+      // Nothing for a last block to publish: this block is through (its
+      // writes, and its peers' reads of its part by the end barrier),
+      // released as its end flag was, after the bar.sync.
+      StoreRelease(a.block_done + blockIdx.x, gen);
+      return;
+    }
     const bool last = (a.bench_skip & kSkipCompletionCount) != 0 ? blockIdx.x == 0
                                                                   : CountFinishedBlock(a.finished, gridDim.x);
     if (last) {
@@ -242,8 +258,11 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
       if (a.status_mirror != nullptr) {
         *static_cast<volatile int32_t*>(a.status_mirror) = *static_cast<const volatile int32_t*>(a.error_word);
       }
-      StoreRelease(a.done, gen);
+      if (!per_block) StoreRelease(a.done, gen);
     }
+    // After the last block's verdict and trace, so a reader that finds
+    // every block's word finds those written too.
+    if (per_block) StoreRelease(a.block_done + blockIdx.x, gen);
   }
 }
 

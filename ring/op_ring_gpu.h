@@ -44,6 +44,16 @@ struct DeviceOpArgs {
   const uint64_t* op_index = nullptr;
   uint64_t* done = nullptr;
   uint32_t* finished = nullptr;
+  // Single-launch mode, optional: this rank's block completion words
+  // (GpuControlLayout::BlockDone). Each block then publishes its own
+  // completion, block_done[block] = gen, instead of the last block to finish
+  // publishing done after counting itself: no block waits for a count's
+  // round trip (docs/latency.md, the fifth cut). gen = max(done,
+  // block_done[block]) + 1. REQUIRES: every op of the rank runs the same
+  // number of blocks (the client library's are the communicator's), so each
+  // block's word follows every op; readers take CompletedOps. The count still
+  // runs where the last block has more to publish (status_mirror, trace).
+  uint64_t* block_done = nullptr;
   uint64_t* counter = nullptr;  // single-launch mode advances it too, so the modes mix on one rank
   // Single-launch mode (optional): the op's index (gen - 1) is written here when the kernel
   // starts, as LaunchPost writes it (LaunchWait reads it), and the error word is copied to

@@ -309,32 +309,37 @@ Status GpuCommunicator::Quiesce(int64_t timeout_ms) {
 // Graph-replayed ops are in no handle (a graph outlives them): a replay
 // still running when Destroy unmaps the windows would fault. This rank's
 // device words know it: every op that started took an index (the counter)
-// and publishes done = index + 1 when it completes, failed or not. A replay
+// and publishes its completion when it completes, failed or not (done, or
+// a word per block: ring::CompletedOps counts both). A replay
 // launched but not started yet is not seen; launching a graph of a destroyed
 // communicator is the caller's error (client.h, Destroy).
 Status GpuCommunicator::WaitStartedOpsDone(int64_t deadline_ns) {
   if (engine_->setup.daemon_executed) return Status::Ok();  // the daemon's `completed` covers those (Destroy)
   if (engine_->post_without_complete.load(std::memory_order_acquire)) return Status::Ok();  // done stays behind
   void* c = engine_->control->device_ptr();
-  const uint64_t* counter = ring::GpuControlLayout::Counter(c, engine_->setup.rank);
-  const uint64_t* done = ring::GpuControlLayout::Done(c, engine_->setup.rank);
+  const uint32_t rank = engine_->setup.rank, blocks = engine_->blocks;
+  const uint64_t* counter = ring::GpuControlLayout::Counter(c, rank);
+  const uint64_t* done = ring::GpuControlLayout::Done(c, rank);
+  const uint64_t* block_done = ring::GpuControlLayout::BlockDone(c, rank);
   // A private stream: the legacy one would queue behind the kernels waited for.
   gpuStream_t stream = nullptr;
   COLLECTIVED_GPU_CHECK(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking));
   Status result = Status::Ok();
+  std::vector<uint64_t> words(2 + blocks);  // counter, done, the block words
   for (;;) {
-    uint64_t words[2] = {};
     gpuError_t e = gpuMemcpyAsync(&words[0], counter, sizeof(uint64_t), gpuMemcpyDeviceToHost, stream);
     if (e == gpuSuccess) e = gpuMemcpyAsync(&words[1], done, sizeof(uint64_t), gpuMemcpyDeviceToHost, stream);
+    if (e == gpuSuccess) e = gpuMemcpyAsync(&words[2], block_done, blocks * sizeof(uint64_t), gpuMemcpyDeviceToHost, stream);
     if (e == gpuSuccess) e = gpuStreamSynchronize(stream);
     if (e != gpuSuccess) {
       result = gpu::GpuErrorStatus(e, "reading this rank's op counter", __FILE__, __LINE__);
       break;
     }
-    if (words[1] >= words[0]) break;
+    const uint64_t completed = ring::CompletedOps(words[1], &words[2], blocks);
+    if (completed >= words[0]) break;
     if (ring::NowNs() >= deadline_ns) {
       result = Status::DeadlineExceeded("this rank's graph-replayed GPU ops did not finish before destroy (" +
-                                        std::to_string(words[0] - words[1]) + " running)");
+                                        std::to_string(words[0] - completed) + " running)");
       break;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));

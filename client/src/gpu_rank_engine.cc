@@ -134,6 +134,9 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.op_index = ring::GpuControlLayout::OpIndex(c, setup.rank);
   a.done = ring::GpuControlLayout::Done(c, setup.rank);
   a.finished = ring::GpuControlLayout::Finished(c, setup.rank);
+  // Every kernel of this rank runs `blocks` blocks (the daemon's choice for
+  // the communicator), so single-launch ops complete a word per block.
+  a.block_done = ring::GpuControlLayout::BlockDone(c, setup.rank);
   a.counter = ring::GpuControlLayout::Counter(c, setup.rank);
   a.abort_word = abort_word;
   a.error_word = ring::GpuControlLayout::Error(c);

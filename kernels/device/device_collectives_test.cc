@@ -355,69 +355,84 @@ TEST(DeviceCollectivesTest, GraphReplayWithChangingSizesAndValues) {
   const uint32_t n = 4;
   const uint64_t sizes[] = {128u << 20, 32u << 20, 128u << 20, 1u << 20, 16u << 10, 16u << 20, 64u << 20};
   const uint64_t max_count = (128u << 20) / 4;
-  VirtualRanks vr;
-  ASSERT_TRUE(vr.Init(n, max_count * 4, max_count * 4).ok());
-  const uint32_t blocks = BlocksFor(n);
-  std::vector<float> host(max_count), expect(max_count);
-  auto fill = [&](uint64_t count, uint64_t seed) {  // fast exact inputs: (r + 1) * ((j + seed) % 7 + 1)
-    for (uint32_t r = 0; r < n; ++r) {
-      for (uint64_t j = 0; j < count; ++j) host[j] = static_cast<float>((r + 1) * ((j + seed) % 7 + 1));
-      ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
-      ASSERT_EQ(gpuMemset(vr.out(r), 0xff, count * 4), gpuSuccess);  // NaN poison
+  // Twice: single-launch ops completing through done, then as the client
+  // library runs them, a completion word per block (DeviceOpArgs::block_done;
+  // captured ops without a verdict to copy, eager ones with it).
+  for (bool per_block : {false, true}) {
+    SCOPED_TRACE(per_block ? "a completion word per block" : "done");
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, max_count * 4, max_count * 4).ok());
+    vr.SetPerBlockCompletion(per_block);
+    const uint32_t blocks = BlocksFor(n);
+    std::vector<float> host(max_count), expect(max_count);
+    auto fill = [&](uint64_t count, uint64_t seed) {  // fast exact inputs: (r + 1) * ((j + seed) % 7 + 1)
+      for (uint32_t r = 0; r < n; ++r) {
+        for (uint64_t j = 0; j < count; ++j) host[j] = static_cast<float>((r + 1) * ((j + seed) % 7 + 1));
+        ASSERT_EQ(gpuMemcpy(vr.in(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
+        ASSERT_EQ(gpuMemset(vr.out(r), 0xff, count * 4), gpuSuccess);  // NaN poison
+      }
+      for (uint64_t j = 0; j < count; ++j) expect[j] = static_cast<float>(n * (n + 1) / 2 * ((j + seed) % 7 + 1));
+    };
+    auto check = [&](uint64_t count, const char* what) {
+      ASSERT_EQ(vr.Error(), kDeviceOk) << what;
+      for (uint32_t r = 0; r < n; ++r) {
+        ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
+        uint64_t wrong = 0;
+        for (uint64_t j = 0; j < count; ++j) wrong += host[j] != expect[j];
+        ASSERT_EQ(wrong, 0u) << what << " count=" << count << " rank " << r;
+      }
+    };
+    // Capture one graph per (size, rank): post + all-reduce + complete.
+    // Graphs of even-numbered sizes use post/complete launches, odd ones a single
+    // launch; eager ops alternate too: both modes share one sequence.
+    std::vector<std::vector<gpuGraphExec_t>> execs(std::size(sizes), std::vector<gpuGraphExec_t>(n));
+    vr.SetStatusMirror(!per_block);
+    for (size_t s = 0; s < std::size(sizes); ++s) {
+      const uint64_t count = sizes[s] / 4;
+      const DeviceAlgorithm algo = sizes[s] <= (256u << 10) ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
+      vr.SetSingleLaunch(s % 2 == 1);
+      for (uint32_t r = 0; r < n; ++r) {
+        gpuGraph_t graph;
+        ASSERT_EQ(gpuStreamBeginCapture(vr.stream(r), gpuStreamCaptureModeThreadLocal), gpuSuccess);
+        ASSERT_TRUE(vr.AllReduceOn(r, DataType::kFloat32, ReduceOp::kSum, algo, count, false, blocks).ok());
+        ASSERT_EQ(gpuStreamEndCapture(vr.stream(r), &graph), gpuSuccess);
+        ASSERT_EQ(gpuGraphInstantiate(&execs[s][r], graph), gpuSuccess);
+        gpuGraphDestroy(graph);
+      }
     }
-    for (uint64_t j = 0; j < count; ++j) expect[j] = static_cast<float>(n * (n + 1) / 2 * ((j + seed) % 7 + 1));
-  };
-  auto check = [&](uint64_t count, const char* what) {
-    ASSERT_EQ(vr.Error(), kDeviceOk) << what;
-    for (uint32_t r = 0; r < n; ++r) {
-      ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
-      uint64_t wrong = 0;
-      for (uint64_t j = 0; j < count; ++j) wrong += host[j] != expect[j];
-      ASSERT_EQ(wrong, 0u) << what << " count=" << count << " rank " << r;
-    }
-  };
-  // Capture one graph per (size, rank): post + all-reduce + complete.
-  // Graphs of even-numbered sizes use post/complete launches, odd ones a single
-  // launch; eager ops alternate too: both modes share one sequence.
-  std::vector<std::vector<gpuGraphExec_t>> execs(std::size(sizes), std::vector<gpuGraphExec_t>(n));
-  for (size_t s = 0; s < std::size(sizes); ++s) {
-    const uint64_t count = sizes[s] / 4;
-    const DeviceAlgorithm algo = sizes[s] <= (256u << 10) ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
-    vr.SetSingleLaunch(s % 2 == 1);
-    for (uint32_t r = 0; r < n; ++r) {
-      gpuGraph_t graph;
-      ASSERT_EQ(gpuStreamBeginCapture(vr.stream(r), gpuStreamCaptureModeThreadLocal), gpuSuccess);
-      ASSERT_TRUE(vr.AllReduceOn(r, DataType::kFloat32, ReduceOp::kSum, algo, count, false, blocks).ok());
-      ASSERT_EQ(gpuStreamEndCapture(vr.stream(r), &graph), gpuSuccess);
-      ASSERT_EQ(gpuGraphInstantiate(&execs[s][r], graph), gpuSuccess);
-      gpuGraphDestroy(graph);
-    }
-  }
-  uint64_t ops = 0, seed = 0;
-  for (size_t s = 0; s < std::size(sizes); ++s) {
-    const uint64_t count = sizes[s] / 4;
-    for (int rep = 0; rep < 5; ++rep) {
-      fill(count, ++seed);
-      for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(execs[s][r], vr.stream(r)), gpuSuccess);
+    vr.SetStatusMirror(true);
+    uint64_t ops = 0, seed = 0;
+    for (size_t s = 0; s < std::size(sizes); ++s) {
+      const uint64_t count = sizes[s] / 4;
+      for (int rep = 0; rep < 5; ++rep) {
+        fill(count, ++seed);
+        for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(execs[s][r], vr.stream(r)), gpuSuccess);
+        ASSERT_TRUE(vr.Sync().ok());
+        ++ops;
+        check(count, "graph replay");
+      }
+      // An eager op of another size between the replays, on the same streams.
+      const uint64_t eager = 1000 + 37 * s;
+      vr.SetSingleLaunch(s % 2 == 0);
+      fill(eager, ++seed);
+      ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, eager, false, blocks).ok());
       ASSERT_TRUE(vr.Sync().ok());
       ++ops;
-      check(count, "graph replay");
+      check(eager, "eager between replays");
+      // Counted as a reader of the window counts them (a generation that did
+      // not follow the block words would repeat, and the count stall).
+      for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(vr.Completed(r, blocks), ops) << "rank " << r;
     }
-    // An eager op of another size between the replays, on the same streams.
-    const uint64_t eager = 1000 + 37 * s;
-    vr.SetSingleLaunch(s % 2 == 0);
-    fill(eager, ++seed);
-    ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, eager, false, blocks).ok());
-    ASSERT_TRUE(vr.Sync().ok());
-    ++ops;
-    check(eager, "eager between replays");
-  }
-  for (uint32_t r = 0; r < n; ++r) {
-    EXPECT_EQ(vr.Word(vr.counter(r)), ops);  // exactly one index per replay and per eager op, in either mode
-    EXPECT_EQ(vr.Word(vr.done(r)), ops);
-  }
-  for (auto& per_size : execs) {
-    for (auto e : per_size) gpuGraphExecDestroy(e);
+    for (uint32_t r = 0; r < n; ++r) {
+      EXPECT_EQ(vr.Word(vr.counter(r)), ops);  // exactly one index per replay and per eager op, in either mode
+      // Done follows every op, or (per block) only the post/complete ones.
+      if (!per_block) {
+        EXPECT_EQ(vr.Word(vr.done(r)), ops);
+      }
+    }
+    for (auto& per_size : execs) {
+      for (auto e : per_size) gpuGraphExecDestroy(e);
+    }
   }
 }
 

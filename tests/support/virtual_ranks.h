@@ -21,7 +21,7 @@ class VirtualRanks {
     world_ = world;
     timeout_ns_ = timeout_ns;
     COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-    const uint64_t words = ring::kFlagWords + 8 * 64;
+    const uint64_t words = ring::kFlagWords + 8 * 64 + uint64_t{ring::kMaxDeviceRanks} * ring::kMaxBlocks;
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
     streams_.resize(world);
@@ -54,6 +54,21 @@ class VirtualRanks {
   // Single-launch mode: the verdict the kernel copies from the error word when it completes an op.
   int32_t* status_mirror(uint32_t r) const { return reinterpret_cast<int32_t*>(words_ + ring::kFlagWords + r * 8 + 4); }
   uint64_t* abort_word() const { return words_ + ring::kFlagWords + 8 * 60; }
+  // Rank r's block completion words (DeviceOpArgs::block_done), after the above.
+  uint64_t* block_done(uint32_t r) const { return words_ + ring::kFlagWords + 8 * 64 + r * ring::kMaxBlocks; }
+  // Single launch with a completion word per block (as the client library
+  // runs its ops) instead of done; every op must then run the same blocks.
+  void SetPerBlockCompletion(bool on) { per_block_ = on; }
+  // Single launch: whether the kernel copies its verdict to status_mirror
+  // (eager ops of the client library do; captured ones do not).
+  void SetStatusMirror(bool on) { status_mirror_on_ = on; }
+  // Ops of rank r completed, as a reader of the window counts them
+  // (ring::CompletedOps over `blocks` block words).
+  uint64_t Completed(uint32_t r, uint32_t blocks) const {
+    std::vector<uint64_t> b(ring::kMaxBlocks);
+    if (gpuMemcpy(b.data(), block_done(r), b.size() * 8, gpuMemcpyDeviceToHost) != gpuSuccess) return UINT64_MAX;
+    return ring::CompletedOps(Word(done(r)), b.data(), blocks);
+  }
   // Single launch: no post/complete kernels; the collective kernel takes its
   // generation from done and publishes done itself.
   void SetSingleLaunch(bool on) { single_launch_ = on; }
@@ -80,7 +95,8 @@ class VirtualRanks {
     a.flags = flags();
     a.op_index = single_launch_ ? nullptr : op_index(rank);
     a.index_word = single_launch_ ? op_index(rank) : nullptr;  // as the client library passes them
-    a.status_mirror = single_launch_ ? status_mirror(rank) : nullptr;
+    a.status_mirror = single_launch_ && status_mirror_on_ ? status_mirror(rank) : nullptr;
+    a.block_done = per_block_ ? block_done(rank) : nullptr;
     a.done = done(rank);
     a.finished = finished(rank);
     a.counter = counter(rank);
@@ -186,6 +202,8 @@ class VirtualRanks {
  private:
   uint32_t world_ = 0;
   bool single_launch_ = false;
+  bool per_block_ = false;
+  bool status_mirror_on_ = true;
   bool gather_pull_ = false;
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
