@@ -87,7 +87,8 @@ __device__ __forceinline__ uint64_t* FlagLine(const DeviceOpArgs& a, uint32_t ph
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
 // or waits for rank t's flag of this block and phase. Before it, every write of
 // this block is ordered (bar.sync, then the publisher's release store).
-__device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen) {
+// `abort_before_flag` (end barrier): see EndBarrier.
+__device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen, bool abort_before_flag = false) {
   // The verdict is a __syncthreads_or, not a shared word: a shared word reset
   // at the next barrier's start raced with slower threads still reading this
   // one's (compute-sanitizer racecheck, 2026-12-05).
@@ -109,17 +110,21 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
       __threadfence_system();
 #endif
-      StoreRelease(line, gen);
       // Reads that end after an abort may have overlapped a peer's next op:
       // a peer that left its end barrier on the abort word rewrites its slot
       // (or its caller its buffer). The op then fails (docs/proof.md, the
-      // abort rule). Read after the end flag, not before: the flag only
-      // says this block finished reading, true either way, and the read
-      // then overlaps the wait for the peers' flags instead of delaying
-      // them by a round trip (docs/latency.md, eleventh session).
-      if (phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0 && LoadAcquire(a.abort_word) != 0) {
+      // abort rule): the abort word is read after the block's reads, before
+      // or after its end flag (EndBarrier says which).
+      const bool check_abort = phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0;
+      if (check_abort && abort_before_flag && LoadAcquire(a.abort_word) != 0) {
         RecordError(a, kDeviceAborted);
         failed = 1;
+      } else {
+        StoreRelease(line, gen);
+        if (check_abort && !abort_before_flag && LoadAcquire(a.abort_word) != 0) {
+          RecordError(a, kDeviceAborted);
+          failed = 1;
+        }
       }
     } else {
       const uint64_t* line = FlagLine(a, phase, threadIdx.x);
@@ -155,7 +160,16 @@ __device__ inline uint64_t* TraceEntry(uint64_t* trace, uint64_t gen) {
 
 // The end barrier, unless the negative control skips it. Before it, each
 // block records when it finished reading (the trace keeps the latest).
-__device__ inline bool EndBarrier(const DeviceOpArgs& a, uint64_t gen) {
+// The abort check after the block's reads comes just after its end flag
+// when the flag vouches only for those reads (true either way): the read
+// then overlaps the wait for the peers' flags instead of delaying them by a
+// round trip (docs/latency.md, the fourth cut). `pushes_reduced`: the kernel
+// also wrote what it reduced from peers' inputs into peers' outputs (two-shot
+// push), so its flag vouches for that data too, which reads overlapping a
+// peer's leave could have spoiled: then the check comes first and an aborted
+// op publishes no end flag, and a peer waiting for it leaves on the abort
+// word instead of passing with the spoiled chunk.
+__device__ inline bool EndBarrier(const DeviceOpArgs& a, uint64_t gen, bool pushes_reduced) {
   if (a.trace != nullptr) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -163,7 +177,7 @@ __device__ inline bool EndBarrier(const DeviceOpArgs& a, uint64_t gen) {
                 static_cast<unsigned long long>(NowNs()));
     }
   }
-  return a.unsafe_skip_end_barrier || Barrier(a, 1, gen);
+  return a.unsafe_skip_end_barrier || Barrier(a, 1, gen, pushes_reduced);
 }
 
 // The op's generation in *gen; false when the communicator is already aborted
@@ -268,13 +282,15 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
 
 // One rank's op around its data movement `data`: start barrier, data, end
 // barrier, and the completion, which every block reaches on every path.
-template <typename Data>
+// kPushesReduced: `data` writes what it reduced from peers' inputs into
+// peers' outputs (EndBarrier).
+template <bool kPushesReduced = false, typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
   uint64_t gen = 0;
   bool synced = true;  // BeginOp and Barrier end in a bar.sync
   if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
     data();
-    EndBarrier(a, gen);
+    EndBarrier(a, gen, kPushesReduced);
     synced = !a.unsafe_skip_end_barrier;
   }
   FinishOp(a, gen, synced);

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) OneShotKernel(Devic
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
-  RunOp(a, [&] {
+  RunOp</*kPushesReduced=*/true>(a, [&] {
     // Chunks are whole packs, so every rank's range starts aligned.
     constexpr uint64_t kN = Pack<T>::kElems;
     const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;

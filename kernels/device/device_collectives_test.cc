@@ -171,31 +171,41 @@ TEST(DeviceCollectivesTest, MissingRankEndsInDeadlineNotHang) {
 // Single-launch mode (the client library's zero-copy ops) has no complete
 // kernel to run after a failure: the op kernel itself must complete the failed
 // op (done, index, verdict), or waiters and the host verdict would see nothing.
+// Also with a completion word per block (as the client library runs), with
+// the verdict copied (eager) and without (captured).
 TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
   REQUIRE_GPU();
-  VirtualRanks vr;
-  ASSERT_TRUE(vr.Init(2, 4096, 4096, /*timeout_ns=*/50'000'000).ok());
-  vr.SetSingleLaunch(true);
-  static const int32_t unset = -1;  // poison: neither a verdict nor an index
-  static const uint64_t no_index = ~uint64_t{0};
-  // Only rank 0 launches; rank 1 never arrives.
-  for (uint64_t op = 1; op <= 2; ++op) {
-    ASSERT_EQ(gpuMemcpy(vr.status_mirror(0), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
-    ASSERT_EQ(gpuMemcpy(vr.op_index(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
-    const auto t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(LaunchAllGather(DataType::kFloat32, vr.Args(0, 64, false), 4, vr.stream(0)).ok());
-    ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-    EXPECT_EQ(vr.Word(vr.done(0)), op);          // completed, though it failed
-    EXPECT_EQ(vr.Word(vr.op_index(0)), op - 1);  // what LaunchWait reads
-    EXPECT_EQ(vr.Word(vr.counter(0)), op);       // posted count, for the daemon's stats
-    EXPECT_EQ(vr.Word32(reinterpret_cast<int32_t*>(vr.finished(0))), 0);  // ready for the next op
-    // The first op ran into its deadline; the second found the communicator
-    // aborted. The verdict is the error word, which keeps the first error.
-    EXPECT_EQ(vr.Word32(vr.status_mirror(0)), kDeviceDeadline) << "op " << op;
+  const uint32_t blocks = 4;
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool per_block = mode > 0, mirror = mode < 2;
+    SCOPED_TRACE(!per_block ? "done" : mirror ? "block words, verdict copied" : "block words, no verdict copy");
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(2, 4096, 4096, /*timeout_ns=*/50'000'000).ok());
+    vr.SetSingleLaunch(true);
+    vr.SetPerBlockCompletion(per_block);
+    vr.SetStatusMirror(mirror);
+    static const int32_t unset = -1;  // poison: neither a verdict nor an index
+    static const uint64_t no_index = ~uint64_t{0};
+    // Only rank 0 launches; rank 1 never arrives.
+    for (uint64_t op = 1; op <= 2; ++op) {
+      ASSERT_EQ(gpuMemcpy(vr.status_mirror(0), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
+      ASSERT_EQ(gpuMemcpy(vr.op_index(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_TRUE(LaunchAllGather(DataType::kFloat32, vr.Args(0, 64, false), blocks, vr.stream(0)).ok());
+      ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+      EXPECT_EQ(vr.Completed(0, blocks), op);      // completed, though it failed
+      EXPECT_EQ(vr.Word(vr.done(0)), per_block ? 0u : op);  // block words instead of done
+      EXPECT_EQ(vr.Word(vr.op_index(0)), op - 1);  // what LaunchWait reads
+      EXPECT_EQ(vr.Word(vr.counter(0)), op);       // posted count, for the daemon's stats
+      EXPECT_EQ(vr.Word32(reinterpret_cast<int32_t*>(vr.finished(0))), 0);  // ready for the next op
+      // The first op ran into its deadline; the second found the communicator
+      // aborted. The verdict is the error word, which keeps the first error.
+      EXPECT_EQ(vr.Word32(vr.status_mirror(0)), mirror ? kDeviceDeadline : unset) << "op " << op;
+    }
+    EXPECT_EQ(vr.Error(), kDeviceDeadline);
+    EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
   }
-  EXPECT_EQ(vr.Error(), kDeviceDeadline);
-  EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
 }
 
 // The op trace of single-launch ops, past the kTraceDepth entries it keeps:
@@ -346,6 +356,55 @@ TEST(DeviceCollectivesTest, ReadsEndingAfterAnAbortFailTheOp) {
   }
 }
 
+// The same rule where the end flag vouches for more than reads: a two-shot
+// push rank writes what it reduced from its peers' inputs into their
+// outputs, so it reads the abort word before its end flag and an aborted op
+// publishes none (a peer waiting for it then leaves on the abort word instead
+// of passing with a chunk spoiled by a peer's leave). Rank 0 is held 300 ms
+// before its reads; rank 1 publishes its end flag and spins for rank 0's; the
+// abort is raised 100 ms in. The run without the abort is the control: there
+// rank 0 publishes them, so an unpublished flag means the check held it back.
+TEST(DeviceCollectivesTest, TwoShotPushReadsEndingAfterAnAbortPublishNoEndFlag) {
+  REQUIRE_GPU();
+  const uint64_t count = 1 << 14;
+  const uint32_t blocks = 4;
+  for (bool abort : {false, true}) {
+    SCOPED_TRACE(abort ? "abort raised during rank 0's reads" : "control: no abort");
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(2, count * 4, count * 4, /*timeout_ns=*/20'000'000'000).ok());
+    vr.SetSingleLaunch(true);
+    ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, count, false).ok());
+    device::DeviceRankArgs slow = vr.Args(0, count, false);
+    slow.debug_read_delay_ns = 300'000'000;
+    ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, slow, blocks,
+                                vr.stream(0)).ok());
+    ASSERT_TRUE(vr.AllReduceOn(1, DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, false,
+                               blocks).ok());
+    gpuStream_t side;
+    ASSERT_EQ(gpuStreamCreateWithFlags(&side, gpuStreamNonBlocking), gpuSuccess);
+    if (abort) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      static const uint64_t one = 1;
+      ASSERT_EQ(gpuMemcpyAsync(vr.abort_word(), &one, 8, gpuMemcpyHostToDevice, side), gpuSuccess);
+      ASSERT_EQ(gpuStreamSynchronize(side), gpuSuccess);
+    }
+    ASSERT_TRUE(vr.Sync().ok());
+    gpuStreamDestroy(side);
+    EXPECT_EQ(vr.Word(vr.done(0)), 1u);  // op 1 completed on both ranks, failed or not
+    EXPECT_EQ(vr.Word(vr.done(1)), 1u);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      SCOPED_TRACE("block " + std::to_string(b));
+      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(0, b, 0)), 1u) << "rank 0's start flag";
+      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(1, b, 1)), 1u) << "rank 1's end flag";
+      EXPECT_EQ(vr.Word(vr.flags() + ring::FlagWord(1, b, 0)), abort ? 0u : 1u) << "rank 0's end flag";
+    }
+    EXPECT_EQ(vr.Error(), abort ? kDeviceAborted : kDeviceOk);
+    if (!abort) {
+      EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, 5, count), 0u);
+    }
+  }
+}
+
 // Seed bug 3 (mori, aiter #3928): captured graphs of several sizes on one
 // communicator, replayed many times with new values each time, interleaved
 // with eager ops. The generation comes from the device counter, so no replay
@@ -429,6 +488,7 @@ TEST(DeviceCollectivesTest, GraphReplayWithChangingSizesAndValues) {
       if (!per_block) {
         EXPECT_EQ(vr.Word(vr.done(r)), ops);
       }
+      EXPECT_EQ(vr.Word32(reinterpret_cast<int32_t*>(vr.finished(r))), 0);  // every count wrapped
     }
     for (auto& per_size : execs) {
       for (auto e : per_size) gpuGraphExecDestroy(e);

@@ -33,9 +33,13 @@
  *                         the abort word (found by the soak: a peer's slot rewritten
  *                         under a slow reader, whose op then succeeded)
  *
- * ABORT_CHECK_AFTER_FLAG (a safe variant, the GPU kernels' order): the
+ * ABORT_CHECK_AFTER_FLAG (a safe variant, the order of the GPU kernels whose
+ * end flag vouches only for their reads: one-shot and all-gather): the
  * executor looks at the abort word just after publishing its end flag
- * instead of just before (ring/op_ring_device.cuh, Barrier).
+ * instead of just before (ring/op_ring_device.cuh, EndBarrier). The model's
+ * two-shot is the host executor's (own shard, mid barrier): it has no rank
+ * writing what it reduced into peers' outputs, as the GPU's two-shot push
+ * does, which is why that kernel keeps the check before its flag.
  *
  * FUSED=mask: op i runs fused where bit i is set (small daemon-executed host
  * ops, docs/protocol.md "Fused"): every executor reads every descriptor;
@@ -265,9 +269,9 @@ proctype Executor(byte r) {
 #endif
      PUBLISH(END, r, i);
 #ifdef ABORT_CHECK_AFTER_FLAG
-     /* The kernels' order: the same check just after the end flag (which
-      * says only that this rank's reads are over), overlapping the wait for
-      * the peers' flags. */
+     /* The one-shot and all-gather kernels' order: the same check just
+      * after the end flag (which says only that this rank's reads are
+      * over), overlapping the wait for the peers' flags. */
      if
      :: aborted -> goto failop
      :: else
