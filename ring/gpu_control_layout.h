@@ -17,6 +17,8 @@
 //   abort word         nonzero: every spin gives up (kernels on a deadline or
 //                      mismatch; the daemon when a member leaves)
 //   op traces          kTraceDepth entries per rank
+// A change to this layout bumps ring::kLayoutVersion (segment_layout.h),
+// which a client compares with its daemon's when a communicator forms.
 // Nothing a client-executed kernel touches lives in host memory: device reads
 // and system-scope fences on host-mapped words cost far more than the
 // collective itself (measured: 150 us per op with the abort word there).

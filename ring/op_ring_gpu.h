@@ -101,6 +101,8 @@ Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t
                       uint64_t* completed_mirror = nullptr, const int32_t* error_word = nullptr,
                       int32_t* status_mirror = nullptr, uint64_t* trace = nullptr);
 // Spins on `stream` until *done_word >= *op_index + 1, the abort word, or the deadline.
+// Not for single-launch ops with block_done: they leave done as it was (the
+// client library waits for its ops with events; readers take CompletedOps).
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
                   uint64_t timeout_ns, gpuStream_t stream);
 
