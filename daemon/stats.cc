@@ -120,9 +120,11 @@ CommStats CommStatsOf(const Comm& c) {
   uint64_t registered = 0;
   for (const auto& [id, g] : c.registrations) registered += g.formed ? 1 : 0;
   cs.registered_buffers = registered;
-  if (c.gpu) {
+  if (c.gpu && c.mode == ExecutionMode::kClient) {
     // The kernels keep these counts in device memory (each replay of a
     // captured op takes its index there); one small copy reads them.
+    // Daemon-executed ops go through the segment's ring, counted above: the
+    // window's words stay 0 for them.
     GpuCommMemory::Counts counts;
     Status read = c.gpu_memory ? c.gpu_memory->ReadCounts(c.world_size, &counts) : Status::NotFound("no memory");
     if (!read.ok() && c.gpu_memory) {
@@ -212,7 +214,7 @@ void Registry::InspectStallsLocked(int64_t now) {
       posted[r] = c.seg.control(r).next_index.value.load(std::memory_order_acquire);
       completed[r] = c.seg.control(r).completed.value.load(std::memory_order_acquire);
     }
-    if (c.gpu && c.gpu_memory) {
+    if (c.gpu && c.gpu_memory && c.mode == ExecutionMode::kClient) {  // as CommStatsOf counts them
       GpuCommMemory::Counts counts;
       if (c.gpu_memory->ReadCounts(c.world_size, &counts).ok()) {
         for (uint32_t r = 0; r < c.world_size; ++r) {
