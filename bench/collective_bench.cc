@@ -32,6 +32,8 @@
 //                    [-K blocks]        (in-process: blocks per rank instead of -B's share of the SMs)
 //                    [-Y 0|1]           (eager only: the host waits for each op before the next, as a
 //                                        caller that synchronizes per op does; the Python bench's loop)
+//                    [-P 0|1]           (in-process, single launch: complete a word per block as the client
+//                                        library's captured ops do, no verdict copy; docs/latency.md, the fifth cut)
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
 //                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
@@ -109,6 +111,7 @@ struct Options {
   int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B (in-process)
   uint32_t blocks = 0;      // -K: blocks per rank (in-process; 0: from -B)
   uint32_t bench_skip = 0;  // -S: the latency breakdown's parts left out (in-process)
+  bool per_block = false;   // -P 1: block completion words (in-process)
   std::string socket;           // -D: through collectived
   int placement = 1;            // -z: bench::Placement
   bool mpi = false;             // -M: one rank per MPI process
@@ -219,7 +222,7 @@ constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
     "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
-    "         [-K blocks] [-S bits] [-Y 0|1]\n"
+    "         [-K blocks] [-P 0|1] [-S bits] [-Y 0|1]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -261,6 +264,7 @@ int main(int argc, char** argv) {
     else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
     else if (f == "-K") o.blocks = static_cast<uint32_t>(std::atoi(v));
     else if (f == "-Y") o.sync_each = std::atoi(v) != 0;
+    else if (f == "-P") o.per_block = std::atoi(v) != 0;
     else if (f == "-S") o.bench_skip = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
     else if (f == "-D") o.socket = v;
     else if (f == "-z") {
@@ -343,7 +347,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<RankSet> ranks;
   if (o.socket.empty()) {
     Check(bench::MakeInProcessRanks(n, in_bytes, out_bytes, o.single_launch, o.blocks_per_sm, o.blocks, o.bench_skip,
-                                    &ranks),
+                                    o.per_block, &ranks),
           "init");
   } else {
     std::vector<uint32_t> local;

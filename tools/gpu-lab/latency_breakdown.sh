@@ -52,6 +52,10 @@ bins=bin/collective-bench
         if [ "$b" = bin/collective-bench ]; then
           echo "## round $round, $g ranks, $b: full protocol, reference beside (-r 1)"
           bench "$b" -g "$g" -r 1
+          # As the client library's captured ops complete: a word per block,
+          # no verdict copy (the fifth cut, docs/latency.md).
+          echo "## round $round, $g ranks, $b: full protocol, block completion words (-P 1)"
+          bench "$b" -g "$g" -P 1
         fi
         for s in ${SKIPS-1 2 4 8 16 32 63}; do
           echo "## round $round, $g ranks, $b: -S $s"
