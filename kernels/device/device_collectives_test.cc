@@ -311,6 +311,33 @@ TEST(DeviceCollectivesTest, AbortWordReleasesASpinningRank) {
   gpuStreamDestroy(side);
 }
 
+// The abort rule's tests: one single-launch float32 sum (inputs of seed 5)
+// on `world` ranks, rank 0 held 300 ms before its reads, the others at once;
+// with `abort`, the abort word raised 100 ms in. Returns once every rank's
+// kernel has ended.
+void AbortDuringRankZeroReads(uint32_t world, DeviceAlgorithm algo, uint64_t count, uint32_t blocks, bool abort,
+                              VirtualRanks* vr) {
+  ASSERT_TRUE(vr->Init(world, count * 4, count * 4, /*timeout_ns=*/20'000'000'000).ok());
+  vr->SetSingleLaunch(true);
+  ASSERT_TRUE(vr->Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, count, false).ok());
+  device::DeviceRankArgs slow = vr->Args(0, count, false);
+  slow.debug_read_delay_ns = 300'000'000;
+  ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, algo, slow, blocks, vr->stream(0)).ok());
+  for (uint32_t r = 1; r < world; ++r) {
+    ASSERT_TRUE(vr->AllReduceOn(r, DataType::kFloat32, ReduceOp::kSum, algo, count, false, blocks).ok());
+  }
+  gpuStream_t side;
+  ASSERT_EQ(gpuStreamCreateWithFlags(&side, gpuStreamNonBlocking), gpuSuccess);
+  if (abort) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    static const uint64_t one = 1;
+    ASSERT_EQ(gpuMemcpyAsync(vr->abort_word(), &one, 8, gpuMemcpyHostToDevice, side), gpuSuccess);
+    ASSERT_EQ(gpuStreamSynchronize(side), gpuSuccess);
+  }
+  ASSERT_TRUE(vr->Sync().ok());
+  gpuStreamDestroy(side);
+}
+
 // The abort rule's second half (docs/proof.md): a rank whose reads end after
 // the abort word is raised fails its op, since a peer that left its end
 // barrier on the abort may already be rewriting what it read. One rank, held
@@ -326,23 +353,7 @@ TEST(DeviceCollectivesTest, ReadsEndingAfterAnAbortFailTheOp) {
   for (bool abort : {false, true}) {
     SCOPED_TRACE(abort ? "abort raised during the reads" : "control: no abort");
     VirtualRanks vr;
-    ASSERT_TRUE(vr.Init(1, count * 4, count * 4, /*timeout_ns=*/20'000'000'000).ok());
-    vr.SetSingleLaunch(true);
-    ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, count, false).ok());
-    device::DeviceRankArgs slow = vr.Args(0, count, false);
-    slow.debug_read_delay_ns = 300'000'000;
-    ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, slow, blocks,
-                                vr.stream(0)).ok());
-    gpuStream_t side;
-    ASSERT_EQ(gpuStreamCreateWithFlags(&side, gpuStreamNonBlocking), gpuSuccess);
-    if (abort) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      static const uint64_t one = 1;
-      ASSERT_EQ(gpuMemcpyAsync(vr.abort_word(), &one, 8, gpuMemcpyHostToDevice, side), gpuSuccess);
-      ASSERT_EQ(gpuStreamSynchronize(side), gpuSuccess);
-    }
-    ASSERT_TRUE(vr.Sync().ok());
-    gpuStreamDestroy(side);
+    ASSERT_NO_FATAL_FAILURE(AbortDuringRankZeroReads(1, DeviceAlgorithm::kOneShot, count, blocks, abort, &vr));
     EXPECT_EQ(vr.Word(vr.done(0)), 1u);  // op 1 completed, failed or not
     for (uint32_t b = 0; b < blocks; ++b) {
       // Published either way: the flag says the block finished reading.
@@ -371,25 +382,7 @@ TEST(DeviceCollectivesTest, TwoShotPushReadsEndingAfterAnAbortPublishNoEndFlag) 
   for (bool abort : {false, true}) {
     SCOPED_TRACE(abort ? "abort raised during rank 0's reads" : "control: no abort");
     VirtualRanks vr;
-    ASSERT_TRUE(vr.Init(2, count * 4, count * 4, /*timeout_ns=*/20'000'000'000).ok());
-    vr.SetSingleLaunch(true);
-    ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, count, false).ok());
-    device::DeviceRankArgs slow = vr.Args(0, count, false);
-    slow.debug_read_delay_ns = 300'000'000;
-    ASSERT_TRUE(LaunchAllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, slow, blocks,
-                                vr.stream(0)).ok());
-    ASSERT_TRUE(vr.AllReduceOn(1, DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, false,
-                               blocks).ok());
-    gpuStream_t side;
-    ASSERT_EQ(gpuStreamCreateWithFlags(&side, gpuStreamNonBlocking), gpuSuccess);
-    if (abort) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      static const uint64_t one = 1;
-      ASSERT_EQ(gpuMemcpyAsync(vr.abort_word(), &one, 8, gpuMemcpyHostToDevice, side), gpuSuccess);
-      ASSERT_EQ(gpuStreamSynchronize(side), gpuSuccess);
-    }
-    ASSERT_TRUE(vr.Sync().ok());
-    gpuStreamDestroy(side);
+    ASSERT_NO_FATAL_FAILURE(AbortDuringRankZeroReads(2, DeviceAlgorithm::kTwoShotPush, count, blocks, abort, &vr));
     EXPECT_EQ(vr.Word(vr.done(0)), 1u);  // op 1 completed on both ranks, failed or not
     EXPECT_EQ(vr.Word(vr.done(1)), 1u);
     for (uint32_t b = 0; b < blocks; ++b) {
