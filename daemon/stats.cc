@@ -120,6 +120,8 @@ CommStats CommStatsOf(const Comm& c) {
   uint64_t registered = 0;
   for (const auto& [id, g] : c.registrations) registered += g.formed ? 1 : 0;
   cs.registered_buffers = registered;
+  // Daemon-executed GPU communicators: the executor times each handoff.
+  if (c.gpu_executor) cs.gpu_handoff_us_mean = c.gpu_executor->handoff_us_mean();
   if (c.gpu && c.mode == ExecutionMode::kClient) {
     // The kernels keep these counts in device memory (each replay of a
     // captured op takes its index there); one small copy reads them.
@@ -148,7 +150,6 @@ CommStats CommStatsOf(const Comm& c) {
     cs.matched = all_done;
     cs.completed = all_done;
     const bool kernel_gave_up = counts.abort != 0;
-    if (c.gpu_executor) cs.gpu_handoff_us_mean = c.gpu_executor->handoff_us_mean();
     cs.aborted = c.seg.aborted() || kernel_gave_up;
     if (c.seg.aborted()) {
       cs.abort_reason = c.seg.AbortStatus().message();
