@@ -8,6 +8,7 @@
 #include "ipc/cumem_window.h"
 #include "base/gpu/gpu_check.h"
 #include "tests/support/exact_data.h"
+#include "tests/support/gpu_upload.h"
 
 namespace collectived::bench {
 namespace {
@@ -102,9 +103,9 @@ class DaemonRanks : public RankSet {
     for (uint32_t r : local_) {
       Local& l = ranks_[r];
       testing::Poison(spec.dtype, host.data(), out_count);
-      COLLECTIVED_GPU_CHECK(gpuMemcpy(l.recv, host.data(), out_count * es, gpuMemcpyHostToDevice));
+      COLLECTIVED_RETURN_IF_ERROR(testing::UploadToDevice(l.recv, host.data(), out_count * es));
       testing::FillInput(spec.dtype, spec.gather ? ReduceOp::kUnspecified : spec.op, r, seed, host.data(), count);
-      COLLECTIVED_GPU_CHECK(gpuMemcpy(SendOf(spec, r, count, in_place), host.data(), count * es, gpuMemcpyHostToDevice));
+      COLLECTIVED_RETURN_IF_ERROR(testing::UploadToDevice(SendOf(spec, r, count, in_place), host.data(), count * es));
     }
     return Status::Ok();
   }

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "tests/support/gpu_upload.h"
+
 namespace collectived::gpu_test {
 
 bool HaveGpu() {
@@ -13,8 +15,7 @@ bool HaveGpu() {
 }
 
 Status Upload(void* dst, const std::vector<uint8_t>& host) {
-  COLLECTIVED_GPU_CHECK(gpuMemcpy(dst, host.data(), host.size(), gpuMemcpyHostToDevice));
-  return Status::Ok();
+  return testing::UploadToDevice(dst, host.data(), host.size());
 }
 
 std::vector<uint8_t> Download(const void* src, uint64_t bytes) {

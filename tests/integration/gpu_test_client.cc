@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   for (uint64_t j = 0; j < count; ++j) host[j] = static_cast<float>((rank + 1) * (j % 5 + 1));
   cudaMemcpy(send, host.data(), count * 4, cudaMemcpyHostToDevice);
   cudaMemset(recv, 0xff, count * 4);
+  cudaDeviceSynchronize();  // the legacy stream's copy and memset, before the op's non-blocking stream
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   Handle h;

@@ -11,6 +11,7 @@
 #include "kernels/device/device_collectives.h"
 #include "base/gpu/gpu_check.h"
 #include "tests/support/exact_data.h"
+#include "tests/support/gpu_upload.h"
 
 namespace collectived::testing {
 
@@ -155,11 +156,11 @@ class VirtualRanks {
     std::vector<uint8_t> host(out_count * es);
     for (uint32_t r = 0; r < world_; ++r) {
       testing::Poison(dt, host.data(), out_count);
-      COLLECTIVED_GPU_CHECK(gpuMemcpy(out_[r], host.data(), out_count * es, gpuMemcpyHostToDevice));
+      COLLECTIVED_RETURN_IF_ERROR(UploadToDevice(out_[r], host.data(), out_count * es));
       testing::FillInput(dt, gather ? ReduceOp::kUnspecified : op, r, seed, host.data(), count);
       void* dst = in_[r];
       if (in_place) dst = gather ? static_cast<uint8_t*>(out_[r]) + r * count * es : out_[r];
-      COLLECTIVED_GPU_CHECK(gpuMemcpy(dst, host.data(), count * es, gpuMemcpyHostToDevice));
+      COLLECTIVED_RETURN_IF_ERROR(UploadToDevice(dst, host.data(), count * es));
     }
     return Status::Ok();
   }
