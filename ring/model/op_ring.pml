@@ -33,6 +33,10 @@
  *                         the abort word (found by the soak: a peer's slot rewritten
  *                         under a slow reader, whose op then succeeded)
  *
+ * START_CHECK_AFTER_FLAG (a candidate, the order a GPU kernel would take to
+ * keep the op begin's abort read off the start flag's path): no look at the
+ * abort word before the copy-in; the first comes just after the start flag.
+ *
  * ABORT_CHECK_AFTER_FLAG (a safe variant, the order of the GPU kernels whose
  * end flag vouches only for their reads: one-shot and all-gather): the
  * executor looks at the abort word just after publishing its end flag
@@ -216,7 +220,7 @@ proctype Executor(byte r) {
         fi
      :: k >= N -> break
      od;
-#ifndef ABORT_UNCHECKED
+#if !defined(ABORT_UNCHECKED) && !defined(START_CHECK_AFTER_FLAG)
      /* No slot is written after an abort: a peer may still read it. */
      if
      :: aborted -> goto failop
@@ -230,6 +234,16 @@ proctype Executor(byte r) {
 #endif
      write_cell(IN_CELL(r, i), r, i);
      PUBLISH(START, r, i);
+#ifdef START_CHECK_AFTER_FLAG
+     /* The GPU kernels' order (client-executed): the copy-in runs before
+      * the kernel whatever the abort word says, and the op's first look at
+      * it comes just after its start flag, overlapping the wait for the
+      * peers' flags. */
+     if
+     :: aborted -> goto failop
+     :: else
+     fi;
+#endif
      barrier(START, i);
      /* Body: every read of a peer's slot must find this op's data (one step
       * for all peers: a read still lands between a writer's two steps). */
