@@ -22,15 +22,16 @@ run() {  # label, np, extra args
   echo "$o" | grep -iE "error|fail|abort" | grep -v "Out of bounds" | head -3 | sed "s/^/$label np=$np !! /"
 }
 # The bench as it was (Prepare's pageable copies unsynchronized, if
-# collective-bench-unfixed is in bin/) beside the fixed one, alternately.
+# collective-bench-old, of df34e2a, is in bin/) beside the fixed one, alternately.
 for rep in 1; do
-  for bench in ./bin/collective-bench-unfixed ./bin/collective-bench; do
+  for bench in ./bin/collective-bench-old ./bin/collective-bench; do
     [ -x "$bench" ] || continue
     run "twoshot-eager ${bench#./bin/}" 2 -z 0 -b 1M -e 1M -n 20 -w 5 -c 1 -G 0
     run "twoshot-eager-np4 ${bench#./bin/}" 4 -z 0 -b 1M -e 1M -n 20 -w 5 -c 1 -G 0
   done
 done
 bench=./bin/collective-bench
+if [ -z "${QUICK:-}" ]; then  # QUICK=1: the old/new pair only
 run "oneshot-eager" 2 -z 0 -b 1M -e 1M -n 20 -w 5 -c 1 -G 0 -a oneshot
 run "twoshot-eager-sync" 2 -z 0 -b 1M -e 1M -n 20 -w 5 -c 1 -G 0 -Y 1
 run "twoshot-graph" 2 -z 0 -b 1M -e 1M -n 20 -w 5 -c 1 -G 20
@@ -38,6 +39,7 @@ run "twoshot-heap" 2 -z 1 -b 1M -e 1M -n 20 -w 5 -c 1 -G 0
 # In one process, through the daemon (no MPI between ranks).
 k=$((k + 1))
 timeout 60 ./bin/collective-bench -D "$COLLECTIVED_SOCKET" -g 2 -k "r$k" -z 0 -b 1M -e 1M -n 20 -w 5 -c 1 -G 0 2>&1 | grep -E "^ +[0-9]" | sed "s/^/inproc-daemon np=2: /"
+fi
 kill $dpid; wait $dpid 2>/dev/null
 grep -iE "warn|error|abort" "$work/daemon.log" | tail -20
 echo quit | nvidia-cuda-mps-control
