@@ -87,11 +87,7 @@ __device__ __forceinline__ uint64_t* FlagLine(const DeviceOpArgs& a, uint32_t ph
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
 // or waits for rank t's flag of this block and phase. Before it, every write of
 // this block is ordered (bar.sync, then the publisher's release store).
-// The publisher reads the abort word once per barrier: just after its start
-// flag (the op's first look: an aborted communicator's flags are not trusted
-// again, and a failed op leaves flags a later op with the same generation
-// must not trust; the verdict below keeps the block from its data), and at
-// the end flag before or after it (`abort_before_flag`: see EndBarrier).
+// `abort_before_flag` (end barrier): see EndBarrier.
 __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen, bool abort_before_flag = false) {
   // The verdict is a __syncthreads_or, not a shared word: a shared word reset
   // at the next barrier's start raced with slower threads still reading this
@@ -118,12 +114,8 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       // a peer that left its end barrier on the abort word rewrites its slot
       // (or its caller its buffer). The op then fails (docs/proof.md, the
       // abort rule): the abort word is read after the block's reads, before
-      // or after its end flag (EndBarrier says which). At the start flag the
-      // read comes after it, overlapping the wait for the peers' flags:
-      // a rank that publishes and then finds the abort fails as one does
-      // whose abort came just after an earlier read (SPIN:
-      // START_CHECK_AFTER_FLAG, docs/proof.md).
-      const bool check_abort = (a.bench_skip & kSkipAbortChecks) == 0;
+      // or after its end flag (EndBarrier says which).
+      const bool check_abort = phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0;
       if (check_abort && abort_before_flag && LoadAcquire(a.abort_word) != 0) {
         RecordError(a, kDeviceAborted);
         failed = 1;
@@ -188,17 +180,17 @@ __device__ inline bool EndBarrier(const DeviceOpArgs& a, uint64_t gen, bool push
   return a.unsafe_skip_end_barrier || Barrier(a, 1, gen, pushes_reduced);
 }
 
-// The op's generation in *gen. The abort word is first read by the start
-// barrier's publisher, just after its flag (Barrier): here it stood before
-// the flag, whose value waited for it (docs/latency.md, the sixth cut). One
-// thread per block reads it: it lives in the control window on the first
-// rank's GPU (ring/gpu_control_layout.h), a peer-GPU read for ranks
-// elsewhere; when it lived in host memory a read by every thread of every
-// block cost milliseconds of PCIe round trips (measured: 2.2 ms per op).
-// Single-launch mode posts here: block 0 publishes the index and the count
-// of posted ops, as LaunchPost would.
-__device__ inline void BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
+// The op's generation in *gen; false when the communicator is already aborted
+// (a failed op leaves flags that a later op with the same generation must not
+// trust), and the op only completes. One thread per block reads the abort
+// word: it lives in the control window on the first rank's GPU
+// (ring/gpu_control_layout.h), a peer-GPU read for ranks elsewhere; when it
+// lived in host memory a read by every thread of every block cost
+// milliseconds of PCIe round trips (measured: 2.2 ms per op). Single-launch mode posts here: block 0 publishes
+// the index and the count of posted ops, as LaunchPost would.
+__device__ inline bool BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
   __shared__ uint64_t gen;
+  __shared__ int live;
   if (threadIdx.x == 0) {
     if (a.op_index != nullptr) {
       gen = *a.op_index + 1;
@@ -207,6 +199,8 @@ __device__ inline void BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
       const uint64_t mine = a.block_done != nullptr ? a.block_done[blockIdx.x] : 0;
       gen = (done > mine ? done : mine) + 1;
     }
+    live = (a.bench_skip & kSkipAbortChecks) != 0 || LoadAcquire(a.abort_word) == 0;
+    if (!live) RecordError(a, kDeviceAborted);
     if (a.op_index == nullptr && blockIdx.x == 0) {
       if (a.index_word != nullptr) *a.index_word = gen - 1;
       // Words 0-2 of the entry were cleared when the op before completed
@@ -218,6 +212,7 @@ __device__ inline void BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
   }
   __syncthreads();
   *gen_out = gen;
+  return live != 0;
 }
 
 // Op `gen` completes: clear words 0-2 of the next op's entry (an op of 64
@@ -293,8 +288,7 @@ template <bool kPushesReduced = false, typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
   uint64_t gen = 0;
   bool synced = true;  // BeginOp and Barrier end in a bar.sync
-  BeginOp(a, &gen);
-  if (Barrier(a, 0, gen)) {
+  if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
     data();
     EndBarrier(a, gen, kPushesReduced);
     synced = !a.unsafe_skip_end_barrier;

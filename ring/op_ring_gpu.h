@@ -86,7 +86,7 @@ struct DeviceOpArgs {
 // the kernel before they were cut (docs/latency.md).
 constexpr uint32_t kSkipDescriptorMatch = 2; // the device-side matcher in the start barrier
 constexpr uint32_t kSkipDeadlinePoll = 4;    // the deadline and abort polls inside spins
-constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at the start flag and the end flag
+constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at op begin and before the end flag
 constexpr uint32_t kSkipCompletionCount = 16; // the last-block count: block 0 publishes done alone
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

@@ -31,7 +31,7 @@ run "2 ranks, 3 ops, depth 2" safe -DN=2 -DK=3 -DD=2
 run "3 ranks, 1 op, depth 1" safe -DN=3 -DK=1 -DD=1
 # The one-shot and all-gather kernels check the abort word just after their end flag, not before.
 run "2 ranks, 2 ops, depth 2, check after flag" safe -DN=2 -DK=2 -DD=2 -DABORT_CHECK_AFTER_FLAG
-# ... and the op begin's first look at the abort word just after the start flag.
+# ... and with the op's first look at the abort word just after its start flag (measured, not taken: docs/latency.md).
 run "2 ranks, 2 ops, depth 2, both checks after flags" safe -DN=2 -DK=2 -DD=2 -DABORT_CHECK_AFTER_FLAG -DSTART_CHECK_AFTER_FLAG
 if [ $all = 1 ]; then
   run "3 ranks, 2 ops, depth 1" safe -DN=3 -DK=2 -DD=1

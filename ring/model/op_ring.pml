@@ -33,9 +33,9 @@
  *                         the abort word (found by the soak: a peer's slot rewritten
  *                         under a slow reader, whose op then succeeded)
  *
- * START_CHECK_AFTER_FLAG (a candidate, the order a GPU kernel would take to
- * keep the op begin's abort read off the start flag's path): no look at the
- * abort word before the copy-in; the first comes just after the start flag.
+ * START_CHECK_AFTER_FLAG (a safe variant, an order the GPU kernels measured
+ * and did not take, docs/latency.md's sixth cut): no look at the abort word
+ * before the copy-in; the first comes just after the start flag.
  *
  * ABORT_CHECK_AFTER_FLAG (a safe variant, the order of the GPU kernels whose
  * end flag vouches only for their reads: one-shot and all-gather): the
@@ -235,10 +235,9 @@ proctype Executor(byte r) {
      write_cell(IN_CELL(r, i), r, i);
      PUBLISH(START, r, i);
 #ifdef START_CHECK_AFTER_FLAG
-     /* The GPU kernels' order (client-executed): the copy-in runs before
-      * the kernel whatever the abort word says, and the op's first look at
-      * it comes just after its start flag, overlapping the wait for the
-      * peers' flags. */
+     /* The copy-in whatever the abort word says (as the GPU client's runs
+      * before its kernel), and the op's first look at it just after its
+      * start flag, overlapping the wait for the peers' flags. */
      if
      :: aborted -> goto failop
      :: else
