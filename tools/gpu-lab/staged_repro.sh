@@ -3,6 +3,7 @@
 # collective-bench -M 1 -z 0 at 1 MiB, 2 and 4 ranks): which path, how often.
 #   (in the bundle) bash staged_repro.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # the device machine runs as root
 work=$(mktemp -d)
 start_private_mps "$work" > /dev/null
 ./bin/collectived --socket "$work/c.sock" --backend cuda --max-message-bytes 16777216 --log-level info > "$work/daemon.log" 2>&1 &
