@@ -22,7 +22,7 @@ start_private_mps "$work"
     echo "## nccl_api_test"
     bin/nccl_api_test 2>&1 | tail -3
     echo "## nccl_gpu_test"
-    timeout 900 bin/nccl_gpu_test ${FILTER:+--gtest_filter=$FILTER} 2>&1 | grep -v "^\[ *RUN\|^$"
+    timeout 900 bin/nccl_gpu_test ${FILTER:+--gtest_filter=$FILTER} 2>&1 | grep --line-buffered -v "^\[ *RUN\|^$"  # line by line: a timeout must not lose what passed
     echo "## PyTorch"
     CPP_BENCH= BENCH= timeout 600 bash run_torch_nccl.sh
   fi
