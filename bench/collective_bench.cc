@@ -30,8 +30,9 @@
 //                    [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon]   (through collectived, see above)
 //                    [-r 0|1]           (the reference beside: float32 sum all-reduce only)
 //                    [-K blocks]        (in-process: blocks per rank instead of -B's share of the SMs)
-//                    [-Y 0|1]           (eager only: the host waits for each op before the next, as a
-//                                        caller that synchronizes per op does; the Python bench's loop)
+//                    [-Y 0|1|2]         (eager only: the host waits for each op before the next, as a
+//                                        caller that synchronizes per op does: 1 the stream, 2 the op's
+//                                        handle, as the Python bench's loop does; through collectived)
 //                    [-P 0|1]           (in-process, single launch: complete a word per block as the client
 //                                        library's captured ops do, no verdict copy; docs/latency.md, the fifth cut)
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
@@ -106,7 +107,7 @@ struct Options {
   uint64_t min_bytes = 16u << 20, max_bytes = 1u << 30;
   double factor = 2;
   int iters = 20, warmup = 5, check = 1, graph = 0;
-  bool sync_each = false;  // -Y 1
+  int sync_each = 0;  // -Y: 1 the stream, 2 the op's handle
   bool single_launch = true;  // -p single|post (in-process)
   int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B (in-process)
   uint32_t blocks = 0;      // -K: blocks per rank (in-process; 0: from -B)
@@ -157,10 +158,11 @@ class Runner {
     return group_.Sum(ranks_->Wrong(o_.spec, 77, count));
   }
 
-  // An eager op; with -Y 1 the host waits for it before returning.
+  // An eager op; with -Y 1 or 2 the host waits for it before returning.
   void EnqueueEager(uint64_t count, bool in_place) {
     Enqueue(count, in_place);
-    if (o_.sync_each) Check(ranks_->Sync(), "sync");
+    if (o_.sync_each == 1) Check(ranks_->Sync(), "sync");
+    if (o_.sync_each == 2) Check(ranks_->WaitLast(), "wait");
   }
 
   // Seconds per op: iters ops back to back (or graphs of iters ops per rank),
@@ -222,7 +224,7 @@ constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
     "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
-    "         [-K blocks] [-P 0|1] [-S bits] [-Y 0|1]\n"
+    "         [-K blocks] [-P 0|1] [-S bits] [-Y 0|1|2]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -263,7 +265,7 @@ int main(int argc, char** argv) {
     else if (f == "-p") o.single_launch = std::string(v) != "post";
     else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
     else if (f == "-K") o.blocks = static_cast<uint32_t>(std::atoi(v));
-    else if (f == "-Y") o.sync_each = std::atoi(v) != 0;
+    else if (f == "-Y") o.sync_each = std::clamp(std::atoi(v), 0, 2);
     else if (f == "-P") o.per_block = std::atoi(v) != 0;
     else if (f == "-S") o.bench_skip = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
     else if (f == "-D") o.socket = v;

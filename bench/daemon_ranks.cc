@@ -138,6 +138,13 @@ class DaemonRanks : public RankSet {
     return Status::Ok();
   }
 
+  Status WaitLast() override {
+    for (uint32_t r : local_) {
+      if (ranks_[r].last.valid()) COLLECTIVED_RETURN_IF_ERROR(ranks_[r].last.Wait());
+    }
+    return Status::Ok();
+  }
+
   uint64_t Wrong(const OpSpec& spec, uint64_t seed, uint64_t count) override {
     const size_t es = DataTypeSize(spec.dtype);
     const uint64_t out_count = spec.gather ? world_ * count : count;

@@ -36,6 +36,9 @@ class RankSet {
   virtual Status Enqueue(const OpSpec& spec, uint64_t count, bool in_place) = 0;
   // Waits for the local ranks' streams; an op's failure becomes the status.
   virtual Status Sync() = 0;
+  // Waits for the last op as its caller would: through the client's handle
+  // (Handle::Wait, what Python's synchronize() calls) where there is one.
+  virtual Status WaitLast() { return Sync(); }
   virtual uint64_t Wrong(const OpSpec& spec, uint64_t seed, uint64_t count) = 0;
   virtual std::string Describe() const = 0;
 };

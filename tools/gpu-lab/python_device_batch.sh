@@ -5,7 +5,7 @@
 # the GPU tests: torch eager, CUDA graphs, torch.compile; 2 and 4 ranks under
 # a private MPS), the Python per-op bench (BENCH=1) and, in the same run, the
 # C++ client's figures through a daemon of the same build (collective-bench).
-#   bash gpu-bundle/python_device_batch.sh
+#   BENCH=1 ROUNDS=2 bash gpu-bundle/python_device_batch.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 bundle=$PWD
 repo=$(cd .. && pwd)
@@ -25,24 +25,29 @@ start_private_mps "$work"
   if [ -n "${BENCH:-}" ]; then
     echo "## probe: the Python path's steps before the native call"
     timeout 60 python3 "$repo/tools/gpu-lab/python_overhead_probe.py" 2>&1 | tail -12
-    echo "## bench: Python"
+    # ROUNDS alternates the two benches (Python, C++, Python, C++, ...): the
+    # C++ figure alone moved 3-8 us between calls on the H100.
+    for round in $(seq "${ROUNDS:-1}"); do
+    echo "## bench: Python (round $round)"
     (cd "$repo/tests/python" && COLLECTIVED_PY_BENCH=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider \
       -k bench test_gpu.py 2>&1 | grep -E "BENCH|passed|failed|Error")
-    echo "## bench: the C++ client (collective-bench -M 1, one rank per process, same daemon flags)"
+    echo "## bench: the C++ client (collective-bench -M 1, one rank per process, same daemon flags; round $round)"
     "$bundle/bin/collectived" --socket "$work/c.sock" $COLLECTIVED_DAEMON_ARGS --log-level warn > "$work/d.log" 2>&1 &
     d=$!
     for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
     for np in 2 4; do
       for z in 0 1; do
-        # "0 -Y 1": eager with the host waiting for each op, as the Python loop does.
-        for g in "0" "0 -Y 1" "10"; do
+        # "0 -Y 1" / "0 -Y 2": eager with the host waiting for each op (its stream / its handle: the
+        # Python loop waits on the handle).
+        for g in "0" "0 -Y 1" "0 -Y 2" "10"; do
           timeout 60 mpirun --oversubscribe --bind-to none -np $np -x LD_LIBRARY_PATH -x CUDA_MPS_PIPE_DIRECTORY \
-            -x CUDA_MPS_LOG_DIRECTORY "$bundle/bin/collective-bench" -D "$work/c.sock" -M 1 -z $z -k "c$np$z${g// /}" \
+            -x CUDA_MPS_LOG_DIRECTORY "$bundle/bin/collective-bench" -D "$work/c.sock" -M 1 -z $z -k "c$np$z${g// /}r$round" \
             -b 16K -e 16K -n 20 -w 5 -c 1 -G $g 2>&1 | grep -v "^# least" | sed "s/^/np=$np z=$z G=$g: /"
         done
       done
     done
     kill $d; wait $d
+    done
   fi
 } 2>&1 | tee "$out/python.txt"
 echo quit | nvidia-cuda-mps-control
