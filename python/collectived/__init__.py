@@ -168,6 +168,12 @@ class Communicator:
             # The common host case in one call to the extension (the same
             # checks and messages as below): about 1 us less per op.
             return Handle(self._c.all_reduce_arrays(x, out, opc), None, (x, out), x if out is None else out)
+        if not self._host and dtype is None and stream is None:
+            # torch CUDA tensors in one call to the extension (None for
+            # anything else, which the checks below then describe).
+            h = self._c.all_reduce_torch(x, out, opc)
+            if h is not None:
+                return Handle(h, h.stream, (x, out), x if out is None else out)
         a = self._arg(x, "x", out is None or out is x, dtype)
         o = a if out is None or out is x else self._arg(out, "out", True, dtype)
         if o.count != a.count:

@@ -113,6 +113,10 @@ def _torch_raw_stream(index: int) -> int:
         # code (inductor) calls per launch; older torch may lack it.
         fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         _raw_stream = fast if fast is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        # From now on the extension reads torch CUDA tensors itself
+        # (Communicator.all_reduce's one-call path).
+        _torch_dtype(torch.float32)
+        _native.register_torch(torch.Tensor, _torch_dtypes, _raw_stream)
     return _raw_stream(index)
 
 

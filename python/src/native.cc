@@ -1,6 +1,8 @@
 // collectived._native: the client library for Python (nanobind). Thin on
 // purpose: arrays arrive as raw pointers (collectived/_arrays.py reads them
-// from torch, DLPack, the buffer protocol or __cuda_array_interface__), every
+// from torch, DLPack, the buffer protocol or __cuda_array_interface__; the
+// per-op hot cases, NumPy on the host and torch on the GPU, are read here in
+// one call, and fall back to Python for anything unusual), every
 // Status that is not OK raises the collectived._errors class of its code, and
 // every call that may block (connect, join, post, wait) releases the GIL, so
 // that ranks may be threads of one process.
@@ -200,13 +202,75 @@ nb::tuple Inspect(nb::handle obj, const char* what, bool writable, int as_dtype)
   return nb::make_tuple(v.ptr, v.count, static_cast<int>(v.dtype), v.device, nb::tuple(shape));
 }
 
+// torch, as collectived/_arrays.py registers it once it has read a tensor:
+// the tensor type, its dtypes' DataTypes and the raw current-stream getter.
+// Leaked on purpose: it must outlive the interpreter's teardown.
+struct TorchHooks {
+  PyObject* tensor_type = nullptr;
+  nb::dict dtypes;
+  nb::object raw_stream;
+};
+TorchHooks& Torch() {
+  static auto* hooks = new TorchHooks;
+  return *hooks;
+}
+void RegisterTorch(nb::handle tensor_type, nb::dict dtypes, nb::object raw_stream) {
+  TorchHooks& t = Torch();
+  t.tensor_type = tensor_type.inc_ref().ptr();
+  t.dtypes = std::move(dtypes);
+  t.raw_stream = std::move(raw_stream);
+}
+
+// What an op needs of a torch CUDA tensor on `device`: the reads
+// _arrays._describe_torch makes, without the Python frames between them.
+// False for anything it does not take as it is (not exactly a torch.Tensor,
+// another device, a type collectived lacks, strided, any error): the caller
+// then goes the Python way, whose refusals name the problem.
+struct TorchArg {
+  uintptr_t ptr;
+  uint64_t count;
+  int dtype;
+  uintptr_t stream;
+};
+bool ReadTorch(nb::handle t, int device, TorchArg* a) {
+  const TorchHooks& h = Torch();
+  if (h.tensor_type == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(t.ptr())) != h.tensor_type) return false;
+  static PyObject* const kDtype = PyUnicode_InternFromString("dtype");
+  static PyObject* const kIsCuda = PyUnicode_InternFromString("is_cuda");
+  static PyObject* const kGetDevice = PyUnicode_InternFromString("get_device");
+  static PyObject* const kIsContiguous = PyUnicode_InternFromString("is_contiguous");
+  static PyObject* const kDataPtr = PyUnicode_InternFromString("data_ptr");
+  static PyObject* const kNumel = PyUnicode_InternFromString("numel");
+  const auto call = [&](PyObject* name) { return nb::steal(PyObject_CallMethodNoArgs(t.ptr(), name)); };
+  bool ok = false;
+  do {
+    nb::object dt = nb::steal(PyObject_GetAttr(t.ptr(), kDtype));
+    PyObject* code = dt.is_valid() ? PyDict_GetItemWithError(h.dtypes.ptr(), dt.ptr()) : nullptr;
+    if (code == nullptr) break;
+    nb::object cuda = nb::steal(PyObject_GetAttr(t.ptr(), kIsCuda));
+    if (!cuda.is(nb::handle(Py_True))) break;
+    nb::object dev = call(kGetDevice), contiguous = call(kIsContiguous);
+    if (!dev.is_valid() || PyLong_AsLong(dev.ptr()) != device || !contiguous.is(nb::handle(Py_True))) break;
+    nb::object ptr = call(kDataPtr), numel = call(kNumel);
+    if (!ptr.is_valid() || !numel.is_valid()) break;
+    nb::object stream = nb::steal(PyObject_CallOneArg(h.raw_stream.ptr(), dev.ptr()));
+    if (!stream.is_valid()) break;
+    *a = TorchArg{reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(ptr.ptr())), PyLong_AsUnsignedLongLong(numel.ptr()),
+                  static_cast<int>(PyLong_AsLong(code)), reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(stream.ptr()))};
+    ok = PyErr_Occurred() == nullptr;
+  } while (false);
+  PyErr_Clear();
+  return ok;
+}
+
 // A daemon buffer shared by the arrays over it and the registry of spans.
 using SharedBuffer = std::shared_ptr<cd::Buffer>;
 
 // One op's completion, and for a staged host op the copy-out that follows it.
 class PyHandle {
  public:
-  PyHandle(cd::Handle h, bool gpu) : h_(std::move(h)), gpu_(gpu) {}
+  // `stream`: the GPU op's stream, where wait() orders others by default.
+  PyHandle(cd::Handle h, bool gpu, uintptr_t stream = 0) : h_(std::move(h)), gpu_(gpu), stream_(stream) {}
   void SetFinish(std::function<void()> f) { finish_ = std::move(f); }
 
   // Blocks (GIL released) until the op completed, then finishes it once.
@@ -217,8 +281,11 @@ class PyHandle {
       std::lock_guard<std::mutex> lock(mu_);
       if (!done_) {
         st = h_.Wait(timeout_ms);
-        cd::Status now;
-        if (!h_.Test(&now)) {
+        // OK means complete (Handle::Wait's contract); only a failure may be
+        // this wait's timeout rather than the op's verdict, so only then test
+        // again (one event query less per op on the GPU).
+        cd::Status now = st;
+        if (!st.ok() && !h_.Test(&now)) {
           throw StatusError{cd::Status::DeadlineExceeded("wait: the op is not complete after " +
                                                          std::to_string(timeout_ms) + " ms (still running)")};
         }
@@ -250,6 +317,7 @@ class PyHandle {
     return nb::make_tuple(static_cast<int>(status_.code()), status_.message());
   }
   bool gpu() const { return gpu_; }
+  uintptr_t stream() const { return stream_; }
   uint64_t op_index() const { return h_.op_index(); }
 
  private:
@@ -261,6 +329,7 @@ class PyHandle {
   }
   cd::Handle h_;
   bool gpu_;
+  uintptr_t stream_;
   std::mutex mu_;
   bool done_ = false;
   cd::Status status_;
@@ -311,7 +380,7 @@ class PyComm {
         Check(comm_->AllReduce(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, d, o,
                                reinterpret_cast<cd::GpuStream>(stream), &h));
       }
-      return new PyHandle(std::move(h), true);
+      return new PyHandle(std::move(h), true, stream);
     }
     const uint64_t bytes = count * cd::DataTypeSize(d);
     return HostOp(send, recv, bytes, bytes, 0, [&](cd::BufferSpan s, cd::BufferSpan r, cd::Handle* out) {
@@ -339,6 +408,19 @@ class PyComm {
     return AllReduce(a.ptr, o.ptr, a.count, static_cast<int>(a.dtype), op, 0);
   }
 
+  // A GPU communicator's all-reduce of torch CUDA tensors on its stream in
+  // one call (collectived.Communicator.all_reduce's common GPU case); None
+  // when x or out is anything ReadTorch does not take, for the Python way.
+  nb::object AllReduceTorch(nb::handle x, nb::handle out, int op) {
+    TorchArg a, o;
+    if (!on_gpu() || !ReadTorch(x, device_, &a)) return nb::none();
+    o = a;
+    if (!out.is_none() && !out.is(x) && (!ReadTorch(out, device_, &o) || o.count != a.count || o.dtype != a.dtype)) {
+      return nb::none();
+    }
+    return nb::cast(AllReduce(a.ptr, o.ptr, a.count, a.dtype, op, a.stream), nb::rv_policy::take_ownership);
+  }
+
   PyHandle* AllGather(uintptr_t send, uintptr_t recv, uint64_t count, int dtype, uintptr_t stream) {
     const cd::DataType d = ToDataType(dtype);
     cd::Handle h;
@@ -348,7 +430,7 @@ class PyComm {
         Check(comm_->AllGather(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), count, d,
                                reinterpret_cast<cd::GpuStream>(stream), &h));
       }
-      return new PyHandle(std::move(h), true);
+      return new PyHandle(std::move(h), true, stream);
     }
     const uint64_t bytes = count * cd::DataTypeSize(d);
     return HostOp(send, recv, bytes, bytes * comm_->world_size(), bytes * comm_->rank(),
@@ -541,6 +623,7 @@ NB_MODULE(_native, m) {
       .def("done", &PyHandle::Done)
       .def("status", &PyHandle::Status)
       .def_prop_ro("gpu", &PyHandle::gpu)
+      .def_prop_ro("stream", &PyHandle::stream)
       .def_prop_ro("op_index", &PyHandle::op_index);
 
   nb::class_<PyComm>(m, "Communicator")
@@ -548,6 +631,7 @@ NB_MODULE(_native, m) {
       .def("all_reduce", &PyComm::AllReduce, nb::rv_policy::take_ownership)
       .def("all_reduce_arrays", &PyComm::AllReduceArrays, nb::arg("x"), nb::arg("out").none(), nb::arg("op"),
            nb::rv_policy::take_ownership)
+      .def("all_reduce_torch", &PyComm::AllReduceTorch, nb::arg("x"), nb::arg("out").none(), nb::arg("op"))
       .def("all_gather", &PyComm::AllGather, nb::rv_policy::take_ownership)
       .def("zero_copy", &PyComm::ZeroCopy)
       .def("async_error", &PyComm::AsyncError)
@@ -567,5 +651,6 @@ NB_MODULE(_native, m) {
       .def("communicator", &PyClient::Communicator, nb::rv_policy::take_ownership)
       .def_prop_ro("session_id", &PyClient::session_id);
 
+  m.def("register_torch", &RegisterTorch, nb::arg("tensor_type"), nb::arg("dtypes"), nb::arg("raw_stream"));
   m.def("inspect", &Inspect, nb::arg("obj"), nb::arg("what"), nb::arg("writable"), nb::arg("as_dtype"));
 }
