@@ -153,6 +153,13 @@ class GpuCommunicator {
 // "GPU-..." UUID of device `ordinal` (the name the daemon knows it by).
 Status GpuDeviceUuid(int ordinal, std::string* uuid);
 
+// Creates `device`'s context and loads every collective kernel, before the
+// rank joins. These are a process's slow first GPU steps (seconds where
+// several ranks start at once under a fresh MPS server); after the join they
+// would fall between the barrier and the first op, whose kernels wait for a
+// late peer only up to the op timeout.
+Status WarmGpuDevice(int device);
+
 }  // namespace collectived
 
 #endif  // COLLECTIVED_CLIENT_SRC_GPU_COMMUNICATOR_H_

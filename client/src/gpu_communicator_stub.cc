@@ -20,6 +20,7 @@ bool GpuOpTest(const GpuOpState&, Status* status) {
 }
 Status GpuOpWaitOn(const GpuOpState&, void*) { return NoCuda(); }
 Status GpuDeviceUuid(int, std::string*) { return NoCuda(); }
+Status WarmGpuDevice(int) { return NoCuda(); }
 Status LeaseGpuRankQueue(int, const std::string&, std::shared_ptr<void>*) { return NoCuda(); }
 
 class GpuRankEngine {};

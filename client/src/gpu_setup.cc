@@ -1,5 +1,5 @@
 // The GPU half of ClientImpl::CreateCommunicator: the rank's device checked
-// and a hardware queue leased before it joins, and after the join what its
+// and made ready and a hardware queue leased before it joins, and after the join what its
 // GPU communicator maps and the calls it makes to the daemon.
 #include <memory>
 #include <string>
@@ -16,6 +16,7 @@ Status ClientImpl::PrepareGpuJoin(const CommunicatorOptions& options, v1::Create
   if (options.device >= 0) {
     std::string uuid;
     Status local = GpuDeviceUuid(options.device, &uuid);
+    if (local.ok()) local = WarmGpuDevice(options.device);
     if (local.ok()) local = LeaseGpuRankQueue(options.device, options.key, queue_lease);
     if (!local.ok()) {
       // The peers would wait for their join timeout: tell the daemon, which

@@ -94,6 +94,29 @@ class Soak:
             self.samples.append(row)
         return row
 
+    def record_hang(self, key, pids):
+        """Where each thread of a hung process sleeps (its state and kernel wait
+        channel), then --hang-cmd's output: appended to OUT/hangs.txt."""
+        lines = [f"## {key}: {len(pids)} hung, {time.strftime('%H:%M:%S')}"]
+        for pid in pids:
+            try:
+                for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+                    base = f"/proc/{pid}/task/{tid}"
+                    with open(f"{base}/comm") as f:
+                        comm = f.read().strip()
+                    with open(f"{base}/wchan") as f:
+                        wchan = f.read().strip()
+                    with open(f"{base}/stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                    lines.append(f"pid {pid} tid {tid} {comm}: state {state}, wchan {wchan}")
+            except OSError as e:
+                lines.append(f"pid {pid}: {e}")
+        if self.a.hang_cmd:
+            r = subprocess.run(self.a.hang_cmd, shell=True, capture_output=True, text=True, timeout=60)
+            lines.append(r.stdout + r.stderr)
+        with self.lock, open(os.path.join(self.a.out, "hangs.txt"), "a") as f:
+            f.write("\n".join(lines) + "\n")
+
     def round(self, group, n, rng):
         world = self.a.world
         key = f"soak-{group}-{n}"
@@ -126,11 +149,13 @@ class Soak:
                 if r not in ended and p.poll() is not None:
                     ended[r] = time.monotonic()
             time.sleep(0.01)
-        for r, p in enumerate(procs):
-            if r not in ended:
-                p.kill()
-                p.wait()
-                self.fail(f"{key}: rank {r} hung (no exit within 120 s)")
+        hung = [r for r in range(world) if r not in ended]
+        if hung:
+            self.record_hang(key, [procs[r].pid for r in hung])
+        for r in hung:
+            procs[r].kill()
+            procs[r].wait()
+            self.fail(f"{key}: rank {r} hung (no exit within 120 s)")
         outs = [open(path).read() for path in logs]
         for r, out in enumerate(outs):
             for m in re.finditer(r"(\d+) wrong", out):
@@ -149,8 +174,8 @@ class Soak:
             self.killed_rounds += 1
             self.kills[kind] += 1
         for r, out in enumerate(outs):
-            if r == victim:
-                continue
+            if r == victim or r not in ended:
+                continue  # a hung survivor has failed above
             learn = ended[r] - t_kill
             with self.lock:
                 self.learn_s.append(learn)
@@ -254,6 +279,7 @@ def main():
     p.add_argument("--kills", default="before-join,mid-op,mid-op")  # drawn from, per killed round
     p.add_argument("--daemon-args", default="")  # e.g. "--backend cuda" for the GPU soak
     p.add_argument("--client-args", default="")  # e.g. "--gpu 1": the test client's GPU communicators
+    p.add_argument("--hang-cmd", default="")  # run when a round hangs, its output to OUT/hangs.txt
     p.add_argument("--keep", action="store_true")  # keep the logs (daemon, every client) in OUT/logs
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)

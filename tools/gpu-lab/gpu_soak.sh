@@ -9,6 +9,8 @@
 # call, within the machine's warm time) waits for it (at most WAIT_S) and
 # copies its outputs to $OUT.
 #   MINUTES=10 SLEEP_S=560 bash gpu-bundle/gpu_soak.sh start; bash gpu-bundle/gpu_soak.sh collect
+# (collect leaves $OUT/gpu-soak.tgz: the summary, plot, MPS logs, every round's logs, hangs.txt).
+# Run it alone: other GPU work beside it (as compute-sanitizer was on 2026-12-06) blurs a failure.
 set -u
 run=/tmp/soak-bundle log=/tmp/gpu_soak.txt
 soak() {  # soak BUNDLE OUT_DIR
@@ -17,11 +19,17 @@ soak() {  # soak BUNDLE OUT_DIR
   work=$(mktemp -d)
   start_private_mps "$work"
   date -u +"# started %Y-%m-%dT%H:%M:%SZ"
+  # A hung round records where its processes sleep, the GPU's processes and
+  # the tail of MPS's logs (the 2026-12-06 soak hung every round after its
+  # 14th, in both groups at once); every log is kept (--keep).
   python3 soak.py --daemon bin/collectived --client bin/collectived_test_client \
     --daemon-args "--backend cuda" --client-args "--gpu 1" --minutes "${MINUTES:-9}" --sample-s 60 \
-    --out "$2/gpu-soak" 2>&1
+    --hang-cmd "nvidia-smi; tail -n 30 $CUDA_MPS_LOG_DIRECTORY/control.log $CUDA_MPS_LOG_DIRECTORY/server.log" \
+    --keep --out "$2/gpu-soak" 2>&1
   echo "soak rc=$?"
   echo quit | nvidia-cuda-mps-control
+  sleep 1
+  cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$2/gpu-soak/" 2>/dev/null
   rm -rf "$work"
   date -u +"# ended %Y-%m-%dT%H:%M:%SZ"
 }
@@ -36,7 +44,8 @@ case ${1:-} in
     tail -20 "$log" ;;
   collect)
     for _ in $(seq "${WAIT_S:-300}"); do grep -q "^# ended" "$log" 2>/dev/null && break; sleep 1; done
-    cp -r /tmp/soak-out/. "${OUT:-/tmp}"/ && cp "$log" "${OUT:-/tmp}/gpu_soak.txt"
+    cp "$log" /tmp/soak-out/gpu_soak.txt
+    tar czf "${OUT:-/tmp}/gpu-soak.tgz" -C /tmp/soak-out .  # every round's logs: more files than $OUT returns
     tail -40 "$log" ;;
   *)
     cp "$(dirname "$0")/../tests/soak/soak.py" "$(dirname "$0")"/
