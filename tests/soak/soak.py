@@ -95,10 +95,11 @@ class Soak:
         return row
 
     def record_hang(self, key, pids):
-        """Where each thread of a hung process sleeps (its state and kernel wait
-        channel), then --hang-cmd's output: appended to OUT/hangs.txt."""
-        lines = [f"## {key}: {len(pids)} hung, {time.strftime('%H:%M:%S')}"]
-        for pid in pids:
+        """Where each thread of the hung processes and of the daemon sleeps
+        (its state, kernel wait channel and syscall), then --hang-cmd's output:
+        appended to OUT/hangs.txt."""
+        lines = [f"## {key}: {len(pids)} hung, {time.strftime('%H:%M:%S')} (the daemon is pid {self.daemon.pid})"]
+        for pid in pids + [self.daemon.pid]:
             try:
                 for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
                     base = f"/proc/{pid}/task/{tid}"
@@ -108,7 +109,12 @@ class Soak:
                         wchan = f.read().strip()
                     with open(f"{base}/stat") as f:
                         state = f.read().rsplit(")", 1)[1].split()[0]
-                    lines.append(f"pid {pid} tid {tid} {comm}: state {state}, wchan {wchan}")
+                    try:  # the blocking syscall's number (202 futex, 16 ioctl: the GPU driver), root only
+                        with open(f"{base}/syscall") as f:
+                            call = f.read().split()[0]
+                    except OSError:
+                        call = "?"
+                    lines.append(f"pid {pid} tid {tid} {comm}: state {state}, wchan {wchan}, syscall {call}")
             except OSError as e:
                 lines.append(f"pid {pid}: {e}")
         if self.a.hang_cmd:
