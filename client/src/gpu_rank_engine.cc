@@ -29,8 +29,7 @@ Status GpuRankEngine::Map(GpuCommSetup setup, const FetchFd& fetch, std::unique_
   const GpuCommSetup& s = engine->setup;
   if (s.ranks.size() != s.seg.world_size()) return Status::Internal("daemon sent the wrong number of rank windows");
   if (s.seg.world_size() > ring::kMaxDeviceRanks) return Status::InvalidArgument("too many GPU ranks");
-  DeviceGuard guard(s.device);
-  COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
+  DeviceGuard guard(s.device);  // its kernels were loaded before the join (WarmGpuDevice)
   auto import = [&](const GpuWindowRef& ref, std::unique_ptr<ipc::GpuWindow>* w) -> Status {
     if (!ref.legacy_ipc_handle.empty()) {  // the daemon could not export cuMem memory
       std::unique_ptr<ipc::LegacyIpcWindow> legacy;
