@@ -488,7 +488,9 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
       TellSpannedNodesLocked(comm, aborted_before ? comm.seg.AbortStatus() : Status::Aborted(reason));
     }
     comm.peers_told = true;
-    comm.seg.Abort(StatusCode::kAborted, reason.c_str());
+    comm.seg.Abort(StatusCode::kAborted, reason.c_str(),
+                   why == kDestroyedReason ? ring::CommSegment::AbortCause::kCleanLeave
+                                           : ring::CommSegment::AbortCause::kFault);
     if (comm.exchange) ring::WakeWaiters(comm.exchange->exchange_done());  // ranks waiting for rank 0's exchange
     FailPendingRegistrationsLocked(comm, Status::Aborted(reason), false, 0, after);
     if (comm.gpu_memory) {  // GPU kernels poll the abort word in device memory

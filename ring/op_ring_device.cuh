@@ -45,8 +45,22 @@ __device__ __forceinline__ uint64_t NowNs() {
 #endif
 }
 
+// A failure, recorded once per rank in host memory (DeviceOpArgs::rank_error):
+// a plain store, since atomics on host memory need PCIe atomics, which not
+// every platform has. Concurrent blocks may each store theirs; any one of
+// them says the op failed.
+__device__ inline void RecordRankError(int32_t* rank_error, int32_t code) {
+  if (rank_error == nullptr || code == 0) return;
+  volatile int32_t* w = rank_error;
+  if (*w == 0) {
+    *w = code;
+    __threadfence_system();
+  }
+}
+
 __device__ inline void RecordError(const DeviceOpArgs& a, int32_t code) {
   atomicCAS_system(a.error_word, 0, code);  // ranks on several GPUs share the word
+  RecordRankError(a.rank_error, code);
   if (code != kDeviceAborted) {
     __threadfence_system();
     StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator

@@ -40,13 +40,16 @@ __global__ void CompleteKernel(const uint64_t* op_index, uint64_t* done, uint64_
 }
 
 __global__ void WaitKernel(const uint64_t* op_index, const uint64_t* done, uint64_t* abort_word, int32_t* error_word,
-                           uint64_t timeout_ns) {
+                           uint64_t timeout_ns, int32_t* rank_error) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     DeviceOpArgs a;
     a.abort_word = abort_word;
     a.error_word = error_word;
+    a.rank_error = rank_error;
     a.timeout_ns = timeout_ns;
-    SpinAtLeast(a, done, *op_index + 1);
+    // Done: the op ran elsewhere (the daemon's kernel), its failure is in the
+    // error word (which the done word's acquire orders before this read).
+    if (SpinAtLeast(a, done, *op_index + 1)) RecordRankError(rank_error, *static_cast<const volatile int32_t*>(error_word));
   }
 }
 
@@ -102,9 +105,9 @@ Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t
 }
 
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
-                  uint64_t timeout_ns, gpuStream_t stream) {
+                  uint64_t timeout_ns, gpuStream_t stream, int32_t* rank_error) {
   if (timeout_ns == 0) return Status::InvalidArgument("a wait needs a timeout");
-  WaitKernel<<<1, 32, 0, stream>>>(op_index, done_word, abort_word, error_word, timeout_ns);
+  WaitKernel<<<1, 32, 0, stream>>>(op_index, done_word, abort_word, error_word, timeout_ns, rank_error);
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
 }

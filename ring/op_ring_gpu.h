@@ -62,6 +62,11 @@ struct DeviceOpArgs {
   int32_t* status_mirror = nullptr;
   uint64_t* abort_word = nullptr;  // nonzero: every spin gives up
   int32_t* error_word = nullptr;   // first DeviceError of this communicator
+  // Optional, host-mapped: this rank's own record of a failure. Every
+  // DeviceError a kernel of this rank records lands here too, so the host
+  // learns of a failed graph-replayed op (it has no verdict of its own)
+  // without a GPU call (Communicator::AsyncError). Written on failure only.
+  int32_t* rank_error = nullptr;
   uint64_t timeout_ns = 0;         // per spin
   // Device-side matcher (optional): each block publishes desc[0..2]
   // (PackDeviceDescriptor) beside its start flag, in the flag's line; after
@@ -103,8 +108,11 @@ Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t
 // Spins on `stream` until *done_word >= *op_index + 1, the abort word, or the deadline.
 // Not for single-launch ops with block_done: they leave done as it was (the
 // client library waits for its ops with events; readers take CompletedOps).
+// `rank_error` (optional, host-mapped; DeviceOpArgs::rank_error): gets the
+// wait's own failure, or, once done, a failure the error word holds (the op
+// ran elsewhere, in the daemon's kernel).
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
-                  uint64_t timeout_ns, gpuStream_t stream);
+                  uint64_t timeout_ns, gpuStream_t stream, int32_t* rank_error = nullptr);
 
 // ---- daemon-executed ops: the client posts into the op ring, the daemon runs them ----
 

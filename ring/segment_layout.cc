@@ -136,10 +136,10 @@ uint8_t* CommSegment::shard_slot(uint32_t rank) const {
   return base_ + layout_.shard_slot_offset + layout_.shard_slot_bytes * rank;
 }
 
-void CommSegment::Abort(StatusCode code, const char* reason) const {
+void CommSegment::Abort(StatusCode code, const char* reason, AbortCause cause) const {
   CommHeader& h = header();
   uint64_t expected = 0;
-  if (!h.abort_claim.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+  if (!h.abort_claim.compare_exchange_strong(expected, static_cast<uint64_t>(cause), std::memory_order_acq_rel)) return;
   std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason);
   h.abort_code.store(static_cast<uint64_t>(code == StatusCode::kOk ? StatusCode::kAborted : code),
                      std::memory_order_release);

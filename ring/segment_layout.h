@@ -129,7 +129,7 @@ struct alignas(kCacheLine) CommHeader {
   int32_t debug_delay_rank;         // -1: none; else this rank's reads start late
   uint32_t debug_delay_us;          // how late
   uint32_t debug_delay_copyout_us;  // output writes start this late (GPU copy-outs: rank r (r + 1) times)
-  alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts
+  alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts; then an AbortCause
   std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
   char abort_reason[256];
   alignas(kCacheLine) std::atomic<uint64_t> ops_matched;
@@ -192,8 +192,18 @@ class CommSegment {
   // rings): what a GPU communicator registers with its CUDA contexts.
   uint64_t control_bytes() const;
 
-  // First abort wins; later calls keep the first reason. Wakes every waiter.
-  void Abort(StatusCode code, const char* reason) const;
+  // Why a communicator was aborted. kCleanLeave: a member destroyed its
+  // communicator (done with it) while the others still had it; ops that
+  // need that member fail, but nothing failed yet (Communicator::AsyncError
+  // stays OK for a rank until one of its own ops fails).
+  enum class AbortCause : uint64_t { kFault = 1, kCleanLeave = 2 };
+  // First abort wins; later calls keep the first reason and cause. Wakes
+  // every waiter.
+  void Abort(StatusCode code, const char* reason, AbortCause cause = AbortCause::kFault) const;
+  bool aborted_by_clean_leave() const {
+    return aborted() && header().abort_claim.load(std::memory_order_acquire) ==
+                            static_cast<uint64_t>(AbortCause::kCleanLeave);
+  }
   // Wakes every thread of every process sleeping on a word of this segment
   // (after an abort, or an in-process stop request a waiter must see).
   void WakeAll() const;

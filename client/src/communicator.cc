@@ -40,6 +40,7 @@ Status Handle::Wait(int timeout_ms) const {
     if (!h.known) {
       h.known = true;
       h.status = ring::CompletedOpStatus(h.seg, h.rank, h.index);
+      if (!h.status.ok() && h.op_failed) h.op_failed->store(true, std::memory_order_release);
     }
     return h.status;
   }
@@ -250,10 +251,14 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
     req.set_send_offset(d.send_offset);
     req.set_recv_buffer_id(d.recv_buffer_id);
     req.set_recv_offset(d.recv_offset);
-    COLLECTIVED_RETURN_IF_ERROR(client_->Submit(comm_id_, rank_, req, &index));
+    Status submitted = client_->Submit(comm_id_, rank_, req, &index);
+    if (!submitted.ok() && seg_.aborted()) op_failed_->store(true, std::memory_order_release);  // AsyncError
+    COLLECTIVED_RETURN_IF_ERROR(submitted);
   } else {
     ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
-    COLLECTIVED_RETURN_IF_ERROR(ring::PostOp(seg_, rank_, d, ctx, &index));
+    Status posted = ring::PostOp(seg_, rank_, d, ctx, &index);
+    if (!posted.ok() && seg_.aborted()) op_failed_->store(true, std::memory_order_release);  // AsyncError
+    COLLECTIVED_RETURN_IF_ERROR(posted);
   }
   auto state = std::make_shared<HandleState>();
   state->window = window_;
@@ -262,15 +267,23 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
   state->index = index;
   state->default_timeout_ms = OpTimeoutMs() + 5000;  // int64: no overflow for any uint32 op timeout
   state->executor = executor_;
+  state->op_failed = op_failed_;
   *handle = Handle();
   handle->state_ = std::move(state);
   return Status::Ok();
 }
 
 Status CommunicatorImpl::AsyncError() const {
+  // A peer that destroyed its communicator after its last op failed nothing
+  // here: the abort becomes this rank's error once one of its own ops fails
+  // on it (it needed that peer). Its eager ops and any kernel of a GPU rank
+  // (graph replays too) record failures; a host op's, its wait.
   Status aborted = seg_.AbortStatus();
-  if (!aborted.ok()) return aborted;
-  return gpu_ ? gpu_->LastOpError() : Status::Ok();
+  if (!aborted.ok() && !seg_.aborted_by_clean_leave()) return aborted;
+  Status mine = gpu_ ? gpu_->LastOpError() : Status::Ok();
+  if (!mine.ok()) return mine;
+  if (!aborted.ok() && op_failed_->load(std::memory_order_acquire)) return aborted;
+  return Status::Ok();
 }
 
 Status CommunicatorImpl::Abort(const std::string& reason) {

@@ -26,6 +26,8 @@ struct HandleState {
   // Client-executed host ops: the rank's executor, so that a waiting thread
   // runs its op itself (RankExecutor::RunPosted).
   std::weak_ptr<host::RankExecutor> executor;
+  // The communicator's record that an op of this rank failed (AsyncError).
+  std::shared_ptr<std::atomic<bool>> op_failed;
 };
 
 class CommunicatorImpl : public host::BufferResolver {
@@ -71,6 +73,8 @@ class CommunicatorImpl : public host::BufferResolver {
   std::shared_ptr<ipc::ShmWindow> window_;
   ExecutionMode mode_;
   std::shared_ptr<host::RankExecutor> executor_;
+  // Set by a wait that finds an op of this rank failed (AsyncError).
+  std::shared_ptr<std::atomic<bool>> op_failed_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<GpuCommunicator> gpu_;
   std::atomic<bool> destroyed_{false};
   std::mutex destroy_mu_;  // Destroy and Abort, from any thread

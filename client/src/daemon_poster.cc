@@ -74,7 +74,8 @@ Status DaemonPoster::PostAndWaitForDaemon(const ring::OpDescriptor& d, gpuStream
   COLLECTIVED_GPU_CHECK(gpuStreamIsCapturing(stream, &capture));
   if (capture == gpuStreamCaptureStatusNone) ring::AnnounceDevicePost(setup.seg, setup.rank);
   COLLECTIVED_RETURN_IF_ERROR(ring::LaunchRingPost(p, stream));
-  return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream);
+  return ring::LaunchWait(p.op_index, completed_mirror, abort_word, p.error_word, p.timeout_ns, stream,
+                          engine.rank_error);
 }
 
 Status DaemonPoster::Post(CollectiveKind kind, const void* send, void* recv, uint64_t count, DataType dtype,

@@ -272,11 +272,14 @@ Status GpuCommunicator::LastOpError() const {
     std::lock_guard<std::mutex> lock(engine_->order->mu);
     last = engine_->order->last;
   }
-  if (!last || last->captured || last->status_slot == nullptr) return Status::Ok();
-  // The complete kernel writes the word once; until then it reads kSlotUnset.
-  const int32_t code = *reinterpret_cast<volatile const int32_t*>(last->status_slot);
-  if (code == kSlotUnset || code == ring::kDeviceOk) return Status::Ok();
-  return VerdictStatus(code, last->seg, last->timeout_ns);
+  if (last && !last->captured && last->status_slot != nullptr) {
+    // The complete kernel writes the word once; until then it reads kSlotUnset.
+    const int32_t code = *reinterpret_cast<volatile const int32_t*>(last->status_slot);
+    if (code != kSlotUnset && code != ring::kDeviceOk) return VerdictStatus(code, last->seg, last->timeout_ns);
+  }
+  const int32_t mine = *reinterpret_cast<volatile const int32_t*>(engine_->rank_error_host);
+  if (mine == ring::kDeviceOk) return Status::Ok();
+  return VerdictStatus(mine, engine_->setup.seg, engine_->setup.seg.params().op_timeout_ns);
 }
 
 Status GpuCommunicator::RaiseAbort() {

@@ -128,7 +128,9 @@ class GpuCommunicator {
                    std::shared_ptr<GpuOpState>* out);
   // True when ops on [p, p + bytes) run zero-copy (heap or registered buffer).
   bool ZeroCopy(const void* p, uint64_t bytes) const;
-  // The failed verdict of this rank's last eager op, if it finished failing; else OK.
+  // The failed verdict of this rank's last eager op, if it finished failing,
+  // or a failure any kernel of this rank recorded (graph replays included:
+  // GpuRankEngine::rank_error); else OK. No GPU call.
   Status LastOpError() const;
   // Sets the communicator's abort word in device memory from the host (a
   // private stream): every rank's spinning kernel gives up.

@@ -57,6 +57,9 @@ Status GpuRankEngine::Map(GpuCommSetup setup, const FetchFd& fetch, std::unique_
     engine->ranks.push_back(std::move(w));
   }
   engine->abort_word = ring::GpuControlLayout::Abort(engine->control->device_ptr());
+  // Kept for the engine's life (the slab goes with the slots, after every op).
+  COLLECTIVED_RETURN_IF_ERROR(engine->slots->Take(&engine->rank_error_host, &engine->rank_error));
+  *reinterpret_cast<volatile int32_t*>(engine->rank_error_host) = ring::kDeviceOk;
   *out = std::move(engine);
   return Status::Ok();
 }
@@ -139,6 +142,7 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.counter = ring::GpuControlLayout::Counter(c, setup.rank);
   a.abort_word = abort_word;
   a.error_word = ring::GpuControlLayout::Error(c);
+  a.rank_error = rank_error;
   a.timeout_ns = setup.seg.params().op_timeout_ns;
   a.match_descriptors = true;
   a.trace = trace();

@@ -34,6 +34,10 @@ class GpuRankEngine {
   std::unique_ptr<ipc::GpuWindow> control;
   std::vector<std::shared_ptr<ipc::GpuWindow>> ranks;  // shared: heap buffers keep theirs mapped
   uint64_t* abort_word = nullptr;  // in the control window (device memory)
+  // This rank's failure record (ring::DeviceOpArgs::rank_error): device view
+  // and host view of one host-mapped word; kDeviceOk until a kernel fails.
+  int32_t* rank_error = nullptr;
+  int32_t* rank_error_host = nullptr;
   uint32_t blocks = 1;
   std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
   std::shared_ptr<SymmetricHeap> heap;

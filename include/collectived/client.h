@@ -214,9 +214,12 @@ class Communicator {
   bool ZeroCopy(const void* ptr, uint64_t bytes) const;
 
   // The communicator's first failure, cheaply (no RPC, no GPU call) and from
-  // any thread: an abort (a peer left or died, a node was lost, Abort) or
-  // the verdict of this rank's last eager GPU op (a deadline, a mismatch).
-  // OK while the communicator is healthy.
+  // any thread: an abort (a peer died, a node was lost, Abort), the verdict
+  // of this rank's last eager GPU op (a deadline, a mismatch), or the failure
+  // a kernel of this rank recorded (a graph-replayed op's too). A peer that
+  // destroyed its communicator when done is not a failure by itself: it
+  // becomes one here when an op of this rank fails for want of that peer
+  // (a host op: once waited for). OK while the communicator is healthy.
   Status AsyncError() const;
   // Ends every rank's ops now and leaves without waiting for them: this
   // rank's in-flight and stalled ops give up (their streams move on), peers'

@@ -347,6 +347,36 @@ TEST_F(DaemonTest, AbortFromAnotherThreadEndsAStalledOpAndPeersSeeIt) {
   });
 }
 
+// A peer that destroys its communicator after its last op failed nothing:
+// AsyncError stays OK for the others (the GPU soak of 2026-12-06 counted a
+// rank's last graph-replayed op failed when a faster peer had left) until an
+// op of theirs needs that peer; then it fails naming the leave, and
+// AsyncError reports it.
+TEST_F(DaemonTest, APeerThatLeavesWhenDoneIsNotAnAsyncErrorUntilAnOpNeedsIt) {
+  for (ExecutionMode mode : {ExecutionMode::kClient, ExecutionMode::kDaemon}) {
+    SCOPED_TRACE(ExecutionModeName(mode));
+    const std::string key = std::string("leave-done-") + ExecutionModeName(mode);
+    auto c0 = daemon_.Connect();
+    auto c1 = daemon_.Connect();
+    std::unique_ptr<Communicator> comm0, comm1;
+    RunRanks(2, [&](uint32_t r) { (r == 0 ? comm0 : comm1) = Join(r == 0 ? *c0 : *c1, key, 2, r, mode); });
+    ASSERT_TRUE(comm0 && comm1);
+    RunRanks(2, [&](uint32_t r) { EXPECT_EQ(SumAllReduce(r == 0 ? *c0 : *c1, r == 0 ? *comm0 : *comm1, 1024, 3), 0u); });
+    ASSERT_TRUE(comm0->Destroy().ok());  // done: rank 0 leaves
+    EXPECT_TRUE(comm1->AsyncError().ok()) << comm1->AsyncError().ToString();
+    Buffer b1;
+    ASSERT_TRUE(c1->AllocBuffer(4096, &b1).ok());
+    Handle h1;
+    Status next = comm1->AllReduce(b1, b1, 1024, DataType::kFloat32, ReduceOp::kSum, &h1);
+    if (next.ok()) next = h1.Wait();
+    EXPECT_EQ(next.code(), StatusCode::kAborted) << next.ToString();
+    EXPECT_NE(next.message().find("rank 0 left: destroyed the communicator"), std::string::npos) << next.ToString();
+    const Status seen = comm1->AsyncError();
+    EXPECT_EQ(seen.code(), StatusCode::kAborted) << seen.ToString();
+    EXPECT_NE(seen.message().find("rank 0 left"), std::string::npos) << seen.ToString();
+  }
+}
+
 // A wait that times out before the op completes must not become the op's
 // status: once the op completes, waits report its own (OK) status.
 TEST_F(DaemonTest, ShortWaitTimeoutIsNotTheOpsStatus) {

@@ -163,6 +163,56 @@ TEST(GpuDaemonTest, DestroyWaitsForAGraphReplayStillRunning) {
   for (auto e : exec) gpuGraphExecDestroy(e);
 }
 
+// A graph-replayed op has no verdict of its own: AsyncError is how its rank
+// learns it failed. A peer that destroyed its communicator after the replay
+// both ran failed nothing (AsyncError stays OK; the 2026-12-06 GPU soak
+// counted such ops failed); a replay after the leave gives up on the abort
+// word, and AsyncError names the leave, from the failure the kernel recorded
+// (ring::DeviceOpArgs::rank_error; daemon-executed: the client's wait kernel).
+TEST(GpuDaemonTest, AGraphReplayedAfterAPeerLeftFailsThroughAsyncError) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  for (ExecutionMode mode : {ExecutionMode::kClient, ExecutionMode::kDaemon}) {
+    SCOPED_TRACE(ExecutionModeName(mode));
+    const uint32_t n = 2;
+    const uint64_t count = 4096, bytes = count * 4;
+    Ranks ranks;
+    ASSERT_TRUE(ranks.Create(d, std::string("replay-after-leave-") + ExecutionModeName(mode), n, 4 * bytes, mode).ok());
+    std::vector<Buffer> send(n), recv(n);
+    std::vector<gpuGraphExec_t> exec(n);
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_TRUE(ranks.comms[r]->AllocBuffer(bytes, &send[r]).ok());
+      ASSERT_TRUE(ranks.comms[r]->AllocBuffer(bytes, &recv[r]).ok());
+      Prepare(DataType::kFloat32, ReduceOp::kSum, false, n, r, 67, count, send[r].data(), recv[r].data());
+      gpuGraph_t graph;
+      ASSERT_EQ(gpuStreamBeginCapture(ranks.streams[r], gpuStreamCaptureModeThreadLocal), gpuSuccess);
+      Handle h;
+      ASSERT_TRUE(ranks.comms[r]->AllReduce(send[r].data(), recv[r].data(), count, DataType::kFloat32,
+                                            ReduceOp::kSum, ranks.streams[r], &h).ok());
+      ASSERT_EQ(gpuStreamEndCapture(ranks.streams[r], &graph), gpuSuccess);
+      ASSERT_EQ(gpuGraphInstantiate(&exec[r], graph), gpuSuccess);
+      gpuGraphDestroy(graph);
+    }
+    for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(exec[r], ranks.streams[r]), gpuSuccess);
+    for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuStreamSynchronize(ranks.streams[r]), gpuSuccess);
+    auto out = Download(recv[1].data(), bytes);
+    EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, n, 67, out.data(), count), 0u);
+    EXPECT_TRUE(ranks.comms[1]->AsyncError().ok()) << ranks.comms[1]->AsyncError().ToString();
+    ASSERT_TRUE(ranks.comms[0]->Destroy().ok());  // rank 0 is done and leaves
+    EXPECT_TRUE(ranks.comms[1]->AsyncError().ok()) << ranks.comms[1]->AsyncError().ToString();
+    // Rank 1 replays once more, alone: its kernels give up on the abort word.
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(gpuGraphLaunch(exec[1], ranks.streams[1]), gpuSuccess);
+    ASSERT_EQ(gpuStreamSynchronize(ranks.streams[1]), gpuSuccess);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(kOpTimeoutMs / 2));
+    const Status seen = ranks.comms[1]->AsyncError();
+    EXPECT_EQ(seen.code(), StatusCode::kAborted) << seen.ToString();
+    EXPECT_NE(seen.message().find("rank 0 left"), std::string::npos) << seen.ToString();
+    for (auto e : exec) gpuGraphExecDestroy(e);
+  }
+}
+
 // After Destroy nothing more is enqueued: the windows are about to go.
 TEST(GpuDaemonTest, NoOpAfterDestroy) {
   REQUIRE_GPU();
