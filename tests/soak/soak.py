@@ -15,7 +15,9 @@ again (a restart). Checked:
     (op and join timeouts are 5 s), with ABORTED naming the killed rank
     (or, killed before it joined, the join's failure);
   - the daemon idle at the end holds the descriptors, memfds and threads of
-    its own it held idle at the start (gRPC's pool may keep up to
+    its own it held idle after a warm-up round per mode, unkilled, before the
+    clock starts (a GPU daemon's driver opens its descriptors and threads at
+    the first GPU communicator, once: not a leak) (gRPC's pool may keep up to
     --grpc-threads more), and its RSS grew by less than --rss-growth-mib.
   soak.py --daemon BIN --client BIN --minutes M --out DIR [--groups 2] [--world 4]
           [--daemon-args "--backend cuda" --client-args "--gpu 1"]   (the GPU soak, ranks under MPS)
@@ -123,14 +125,14 @@ class Soak:
         with self.lock, open(os.path.join(self.a.out, "hangs.txt"), "a") as f:
             f.write("\n".join(lines) + "\n")
 
-    def round(self, group, n, rng):
+    def round(self, group, n, rng, warmup=False):
         world = self.a.world
-        key = f"soak-{group}-{n}"
+        key = f"soak-{group}-{n}" if not warmup else f"warmup-{n}"
         modes = self.a.modes.split(",")
         mode = modes[n % len(modes)]
         seed = rng.randrange(1, 1 << 30)
         ops = rng.randrange(100, 400)
-        kill = rng.random() < self.a.kill_fraction
+        kill = rng.random() < self.a.kill_fraction and not warmup
         kind = rng.choice(self.a.kills.split(",")) if kill else None
         victim = rng.randrange(world)
         procs, logs = [], []
@@ -204,6 +206,12 @@ class Soak:
     def run(self):
         self.start_daemon()
         time.sleep(0.5)
+        # Warm-up: one unkilled round per mode, checked like the others; the
+        # idle baseline is taken after it.
+        warm_rng = random.Random(self.a.seed * 1000 - 1)
+        for n in range(len(self.a.modes.split(","))):
+            self.round(0, n, warm_rng, warmup=True)
+        time.sleep(2)  # as at the end: the daemon reclaims the sessions
         t0 = time.monotonic()
         base = self.sample(t0)
         self.stop_at = t0 + self.a.minutes * 60
