@@ -7,6 +7,8 @@
 # experimental: residency is not guaranteed), to see what occupancy would
 # give. Outputs under $OUT.
 #   bash gpu-bundle/sweep_probe.sh
+# MIDSIZE=1: only issue 19's 16-64 MiB range through the daemon, graph-replayed,
+# with the lone copy of each size's traffic in the same run (-t ceilings).
 source "$(dirname "$0")/gpu_bundle_env.sh"
 bench=./bin/collective-bench
 work=$(mktemp -d)
@@ -16,13 +18,14 @@ daemon=$!
 for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
 {
   date -u +"# %Y-%m-%dT%H:%MZ"
-  $bench -t ceilings -b 1G -e 2G -n 20 -w 3
+  if [ -n "${MIDSIZE:-}" ]; then $bench -t ceilings -b 8M -e 2G -f 2 -n 20 -w 3; else $bench -t ceilings -b 1G -e 2G -n 20 -w 3; fi
   for g in 2 4 8; do
     c=0; [ $g = 2 ] && c=1
     for t in all_reduce all_gather; do
-      for G in 5 0; do
+      Gs="5 0"; [ -n "${MIDSIZE:-}" ] && Gs=5
+      for G in $Gs; do
         echo "## daemon $t, $g ranks, -z 1 -G $G -c $c"
-        timeout 100 $bench -D "$work/c.sock" -k "$t-$g-$G" -t $t -g $g -b 16M -e 1G -f 4 -z 1 -G $G -c $c \
+        timeout 100 $bench -D "$work/c.sock" -k "$t-$g-$G" -t $t -g $g -b 16M -e "${MIDSIZE:+64M}${MIDSIZE:-1G}" -f 4 -z 1 -G $G -c $c \
           -n 20 -w 5 | grep -v "^# least"
       done
     done
@@ -32,6 +35,7 @@ echo "daemon sweep rc=$?"
 kill -TERM $daemon; wait $daemon
 cp "$work/d.log" "$out/daemon.log"
 rm -rf "$work"
+[ -n "${MIDSIZE:-}" ] && { grep -E "^## |^ +(16777216|67108864) " "$out"/sweep_daemon.txt | cut -c1-200; exit 0; }
 {
   for g in 2 8; do
     for t in all_reduce all_gather; do
