@@ -3,7 +3,7 @@
 # the cuda backend and the test client's GPU communicators (--gpu 1: heap and
 # staged buffers, eager and graph-replayed), two groups of 4 ranks as
 # processes under a private MPS, a rank SIGKILLed in about half the rounds.
-#   MINUTES=9 bash gpu-bundle/gpu_soak.sh          (inside one device call: 10 minutes at most)
+#   MINUTES=9 bash gpu-bundle/gpu_soak.sh          (inside one device call: 10 minutes at most; $OUT/gpu-soak.tgz)
 # The 10-minute soak outlives one call: `start` copies the bundle and the soak
 # to /tmp and launches it in its own process session; `collect` (the next
 # call, within the machine's warm time) waits for it (at most WAIT_S) and
@@ -52,7 +52,9 @@ case ${1:-} in
     cp "$log" /tmp/soak-out/gpu_soak.txt
     tar czf "${OUT:-/tmp}/gpu-soak.tgz" -C /tmp/soak-out .  # every round's logs: more files than $OUT returns
     tail -40 "$log" ;;
-  *)
+  *)  # inline: every round's log stays in /tmp (more files than $OUT returns), one tarball in $OUT
     cp "$(dirname "$0")/../tests/soak/soak.py" "$(dirname "$0")"/
-    soak "$(dirname "$0")" "${OUT:-/tmp}" 2>&1 | tee "${OUT:-/tmp}/gpu_soak.txt" | tail -40 ;;
+    rm -rf /tmp/soak-out && mkdir -p /tmp/soak-out
+    soak "$(dirname "$0")" /tmp/soak-out 2>&1 | tee /tmp/soak-out/gpu_soak.txt | tail -40
+    tar czf "${OUT:-/tmp}/gpu-soak.tgz" -C /tmp/soak-out . ;;
 esac
