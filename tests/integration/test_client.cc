@@ -7,7 +7,7 @@
 // mixed: N seeded random ops (all-reduce every dtype x op, all-gather), odd
 //   sizes, in place and out of place, up to W in flight, each result checked
 //   exactly when it completes. Prints "rank R: N ops, W wrong, F failed".
-// join-and-sleep: joins, prints "joined", then sleeps (to be killed).
+// join-and-sleep: joins, prints "rank R: joined" (as every scenario does), then sleeps (to be killed).
 // --gpu 1 (cuda builds): the mixed scenario on a GPU communicator of device
 //   0 (tests/stress/gpu_stress.h: heap and staged buffers, eager and
 //   graph-replayed), printing the same line; the GPU soak runs it.
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
     o.max_count = max_count;
     o.window = window;
     o.skew_us = 0;
+    o.say_joined = true;
     const stress::GpuTotals t = stress::RunGpuStress(*gc, o, [](double) { return true; });
     std::printf("rank %u: %llu ops, %llu wrong, %llu failed\n", rank, (unsigned long long)(t.passed + t.failed),
                 (unsigned long long)t.wrong, (unsigned long long)t.failed);
@@ -98,9 +99,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %u: create communicator: %s\n", rank, s.ToString().c_str());
     return 2;
   }
+  std::printf("rank %u: joined\n", rank);  // soak.py times its mid-op kills from it
+  std::fflush(stdout);
   if (scenario == "join-and-sleep") {
-    std::printf("joined\n");
-    std::fflush(stdout);
     for (;;) pause();
   }
 

@@ -68,7 +68,9 @@ class Soak:
         self.lock = threading.Lock()
         self.failures = []
         self.rounds = self.killed_rounds = self.ops = 0
-        self.kills = {"before-join": 0, "mid-op": 0}
+        self.kills = {"before-join": 0, "mid-op": 0}  # drawn
+        self.landed = {"before-join": 0, "mid-op": 0}  # where the kill fell: before or after the victim joined
+        self.learn_by = {"before-join": [], "mid-op": []}
         self.learn_s = []
         self.samples = []
         self.stop_at = 0.0
@@ -146,7 +148,22 @@ class Soak:
                 stdout=open(path, "w"), stderr=subprocess.STDOUT))
         t_kill = None
         if kill:
-            time.sleep(rng.uniform(0, 0.03) if kind == "before-join" else rng.uniform(0.02, self.a.mid_op_max_s))
+            if kind == "before-join":
+                time.sleep(rng.uniform(0, 0.03))
+            else:
+                # Mid-op: once the victim says it joined (a GPU client takes
+                # longer than --mid-op-max-s to start: timed from the launch,
+                # the 2026-12-06 GPU soak's "mid-op" kills all came before
+                # the join), then a random delay into its ops.
+                until = time.monotonic() + 30
+                while time.monotonic() < until and procs[victim].poll() is None:
+                    with open(logs[victim]) as f:
+                        if f"rank {victim}: joined" in f.read():
+                            break
+                    time.sleep(0.005)
+                # Log-uniform, 1/1000 of the bound to the bound: host ops end
+                # in tens of ms, a GPU client's in seconds.
+                time.sleep(self.a.mid_op_max_s * 10 ** rng.uniform(-3, 0))
             if procs[victim].poll() is None:
                 procs[victim].send_signal(signal.SIGKILL)
                 t_kill = time.monotonic()
@@ -178,15 +195,18 @@ class Soak:
             with self.lock:
                 self.ops += ops * world
             return
+        landed = "mid-op" if f"rank {victim}: joined" in outs[victim] else "before-join"
         with self.lock:
             self.killed_rounds += 1
             self.kills[kind] += 1
+            self.landed[landed] += 1
         for r, out in enumerate(outs):
             if r == victim or r not in ended:
                 continue  # a hung survivor has failed above
             learn = ended[r] - t_kill
             with self.lock:
                 self.learn_s.append(learn)
+                self.learn_by[landed].append(learn)
             if learn > self.a.learn_bound_s:
                 self.fail(f"{key}: rank {r} took {learn:.2f} s to end after rank {victim} was killed")
             if procs[r].returncode == 0:
@@ -289,7 +309,7 @@ def main():
     p.add_argument("--grpc-threads", type=int, default=16)  # threads gRPC's pool may add and keep
     p.add_argument("--modes", default="client,daemon")  # taken by turns
     p.add_argument("--kill-fraction", type=float, default=0.5)
-    p.add_argument("--mid-op-max-s", type=float, default=0.4)  # a mid-op kill comes 20 ms to this after the start
+    p.add_argument("--mid-op-max-s", type=float, default=0.4)  # a mid-op kill: log-uniform up to this after the join
     p.add_argument("--kills", default="before-join,mid-op,mid-op")  # drawn from, per killed round
     p.add_argument("--daemon-args", default="")  # e.g. "--backend cuda" for the GPU soak
     p.add_argument("--client-args", default="")  # e.g. "--gpu 1": the test client's GPU communicators
@@ -314,9 +334,15 @@ def main():
     summary = [
         f"soak: {a.minutes} min, {a.groups} groups of {a.world} clients, seed {a.seed}",
         f"rounds {soak.rounds}, killed {soak.killed_rounds} (before join {soak.kills['before-join']}, "
-        f"mid-op {soak.kills['mid-op']}), ops checked in unkilled rounds {soak.ops}",
+        f"mid-op {soak.kills['mid-op']}; landed before the victim joined {soak.landed['before-join']}, "
+        f"after {soak.landed['mid-op']}), ops checked in unkilled rounds {soak.ops}",
         "survivors ended after a kill: " + (f"median {learn[len(learn) // 2]:.2f} s, max {learn[-1]:.2f} s"
                                            if learn else "no survivors timed"),
+    ] + [
+        f"  killed {where}: median {sorted(v)[len(v) // 2]:.2f} s, max {max(v):.2f} s ({len(v)} survivors)"
+        for where, v in (("before it joined", soak.learn_by["before-join"]), ("after it joined", soak.learn_by["mid-op"]))
+        if v
+    ] + [
         f"daemon idle at start: {base[1]} fds, {base[2]} memfds, {base[3]} threads ({base[5]} its own), "
         f"{base[4] / 1024:.1f} MiB; at end: {end[1]} fds, {end[2]} memfds, {end[3]} threads ({end[5]} its own), "
         f"{end[4] / 1024:.1f} MiB "

@@ -65,6 +65,10 @@ GpuTotals RunGpuStress(Client& client, const GpuStressOptions& o, bool (*keep_go
     t.failed = 1;
     return t;
   }
+  if (o.say_joined) {
+    std::printf("rank %d: joined\n", o.rank);
+    std::fflush(stdout);
+  }
   if (o.max_count * 8 > comm->max_message_bytes()) {
     std::fprintf(stderr, "rank %d: --max-count above the daemon's slots; staged ops would be refused\n", o.rank);
     t.failed = 1;

@@ -30,6 +30,9 @@ struct GpuStressOptions {
   uint64_t max_count = 4096;
   int window = 8;
   int skew_us = 500;
+  // Prints "rank R: joined" once the communicator is formed (tests/soak/soak.py
+  // times its mid-op kills from it).
+  bool say_joined = false;
 };
 
 // `keep_going` is asked every 16 ops with the same answer on every rank.

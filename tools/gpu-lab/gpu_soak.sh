@@ -28,7 +28,7 @@ soak() {  # soak BUNDLE OUT_DIR
   # 14th, in both groups at once); every log is kept (--keep).
   python3 soak.py --daemon bin/collectived --client bin/collectived_test_client \
     --daemon-args "--backend cuda" --client-args "--gpu 1" --minutes "${MINUTES:-9}" --sample-s 60 \
-    --groups "${SOAK_GROUPS:-2}" \
+    --groups "${SOAK_GROUPS:-2}" --mid-op-max-s 2 \
     --hang-cmd "nvidia-smi; tail -n 30 $CUDA_MPS_LOG_DIRECTORY/control.log $CUDA_MPS_LOG_DIRECTORY/server.log" \
     --keep --out "$2/gpu-soak" 2>&1
   echo "soak rc=$?"
