@@ -514,7 +514,7 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
   if (comm.formed) {
     CommStats closed = CommStatsOf(comm);
     closed.closed = true;
-    if (comm.aborted_by_destroy && !comm.left_uncleanly) {
+    if (comm.aborted_by_destroy && !comm.left_uncleanly && comm.seg.aborted_by_clean_leave()) {
       closed.aborted = false;
       closed.abort_reason.clear();
     }

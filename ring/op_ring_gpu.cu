@@ -47,9 +47,9 @@ __global__ void WaitKernel(const uint64_t* op_index, const uint64_t* done, uint6
     a.error_word = error_word;
     a.rank_error = rank_error;
     a.timeout_ns = timeout_ns;
-    // Done: the op ran elsewhere (the daemon's kernel), its failure is in the
-    // error word (which the done word's acquire orders before this read).
-    if (SpinAtLeast(a, done, *op_index + 1)) RecordRankError(rank_error, *static_cast<const volatile int32_t*>(error_word));
+    // The daemon publishes `done` for ops that succeeded only (a failed one
+    // aborts the communicator), so only this wait's own failure is recorded.
+    SpinAtLeast(a, done, *op_index + 1);
   }
 }
 

@@ -109,8 +109,8 @@ Status LaunchComplete(const uint64_t* op_index, uint64_t* done_word, gpuStream_t
 // Not for single-launch ops with block_done: they leave done as it was (the
 // client library waits for its ops with events; readers take CompletedOps).
 // `rank_error` (optional, host-mapped; DeviceOpArgs::rank_error): gets the
-// wait's own failure, or, once done, a failure the error word holds (the op
-// ran elsewhere, in the daemon's kernel).
+// wait's failure (deadline or abort). The daemon-executed mode's waits:
+// the daemon publishes `done` only for ops that succeeded.
 Status LaunchWait(const uint64_t* op_index, const uint64_t* done_word, uint64_t* abort_word, int32_t* error_word,
                   uint64_t timeout_ns, gpuStream_t stream, int32_t* rank_error = nullptr);
 

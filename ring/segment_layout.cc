@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ring/futex.h"
+#include "ring/wait.h"
 
 namespace collectived::ring {
 namespace {
@@ -139,7 +140,20 @@ uint8_t* CommSegment::shard_slot(uint32_t rank) const {
 void CommSegment::Abort(StatusCode code, const char* reason, AbortCause cause) const {
   CommHeader& h = header();
   uint64_t expected = 0;
-  if (!h.abort_claim.compare_exchange_strong(expected, static_cast<uint64_t>(cause), std::memory_order_acq_rel)) return;
+  if (!h.abort_claim.compare_exchange_strong(expected, static_cast<uint64_t>(cause), std::memory_order_acq_rel)) {
+    // A fault after a clean leave (a peer dies, a node is lost, Abort) is
+    // what the members must learn of: it takes the cause and the reason over.
+    if (cause != AbortCause::kFault || expected != static_cast<uint64_t>(AbortCause::kCleanLeave) ||
+        !h.abort_claim.compare_exchange_strong(expected, static_cast<uint64_t>(cause), std::memory_order_acq_rel)) {
+      return;
+    }
+    // The clean leave's writer publishes its code right after its claim;
+    // wait for it (boundedly: it may have died in between) so its reason
+    // does not land over this one.
+    const int64_t until = NowNs() + 1'000'000;
+    while (h.abort_code.load(std::memory_order_acquire) == 0 && NowNs() < until) {
+    }
+  }
   std::snprintf(h.abort_reason, sizeof(h.abort_reason), "%s", reason);
   h.abort_code.store(static_cast<uint64_t>(code == StatusCode::kOk ? StatusCode::kAborted : code),
                      std::memory_order_release);

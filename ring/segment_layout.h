@@ -197,8 +197,8 @@ class CommSegment {
   // need that member fail, but nothing failed yet (Communicator::AsyncError
   // stays OK for a rank until one of its own ops fails).
   enum class AbortCause : uint64_t { kFault = 1, kCleanLeave = 2 };
-  // First abort wins; later calls keep the first reason and cause. Wakes
-  // every waiter.
+  // First abort wins; later calls keep the first reason and cause, but for a
+  // fault after a clean leave, which takes both over. Wakes every waiter.
   void Abort(StatusCode code, const char* reason, AbortCause cause = AbortCause::kFault) const;
   bool aborted_by_clean_leave() const {
     return aborted() && header().abort_claim.load(std::memory_order_acquire) ==

@@ -40,7 +40,10 @@ Status Handle::Wait(int timeout_ms) const {
     if (!h.known) {
       h.known = true;
       h.status = ring::CompletedOpStatus(h.seg, h.rank, h.index);
-      if (!h.status.ok() && h.op_failed) h.op_failed->store(true, std::memory_order_release);
+      // A status no longer kept (an op older than the history) is no verdict.
+      if (!h.status.ok() && h.status.code() != StatusCode::kFailedPrecondition && h.op_failed) {
+        h.op_failed->store(true, std::memory_order_release);
+      }
     }
     return h.status;
   }
@@ -252,12 +255,12 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
     req.set_recv_buffer_id(d.recv_buffer_id);
     req.set_recv_offset(d.recv_offset);
     Status submitted = client_->Submit(comm_id_, rank_, req, &index);
-    if (!submitted.ok() && seg_.aborted()) op_failed_->store(true, std::memory_order_release);  // AsyncError
+    if (FailedOnAbort(submitted)) op_failed_->store(true, std::memory_order_release);  // AsyncError
     COLLECTIVED_RETURN_IF_ERROR(submitted);
   } else {
     ring::WaitContext ctx{&seg_, nullptr, ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns)};
     Status posted = ring::PostOp(seg_, rank_, d, ctx, &index);
-    if (!posted.ok() && seg_.aborted()) op_failed_->store(true, std::memory_order_release);  // AsyncError
+    if (FailedOnAbort(posted)) op_failed_->store(true, std::memory_order_release);  // AsyncError
     COLLECTIVED_RETURN_IF_ERROR(posted);
   }
   auto state = std::make_shared<HandleState>();
@@ -271,6 +274,10 @@ Status CommunicatorImpl::Post(CollectiveKind kind, BufferSpan send, BufferSpan r
   *handle = Handle();
   handle->state_ = std::move(state);
   return Status::Ok();
+}
+
+bool CommunicatorImpl::FailedOnAbort(const Status& s) const {
+  return !s.ok() && seg_.aborted() && s.code() == seg_.AbortStatus().code();
 }
 
 Status CommunicatorImpl::AsyncError() const {
@@ -343,6 +350,17 @@ Status CommunicatorImpl::Destroy() {
   }
   if (executor_) executor_->Stop();
   if (gpu_ && quiesced.ok()) gpu_->ReleaseQueueLease();  // this rank's kernels have run
+  // A GPU rank that leaves after one of its ops failed (a deadline, a
+  // mismatch: only the device's words say so, the segment is not aborted)
+  // does not leave cleanly: its peers learn of the failure, not of a clean
+  // leave (the daemon marks a leave clean when it finds the segment whole).
+  if (gpu_ && !seg_.aborted()) {
+    const Status mine = gpu_->LastOpError();
+    if (!mine.ok()) {
+      const std::string why = "rank " + std::to_string(global_rank_) + " left after a failed op: " + mine.message();
+      seg_.Abort(mine.code(), why.c_str());
+    }
+  }
   destroy_status_ = client_->DestroyCommunicator(comm_id_, rank_);
   if (destroy_status_.ok() && !drained.ok()) destroy_status_ = drained;
   if (destroy_status_.ok() && !quiesced.ok()) destroy_status_ = quiesced;

@@ -46,6 +46,9 @@ class CommunicatorImpl : public host::BufferResolver {
   Status Destroy();
   Status Abort(const std::string& reason);
   Status AsyncError() const;
+  // Whether `s`, a post's or a submit's, failed on the communicator's abort
+  // (not on bad input).
+  bool FailedOnAbort(const Status& s) const;
   void SetGpu(std::unique_ptr<GpuCommunicator> gpu) { gpu_ = std::move(gpu); }
   GpuCommunicator* gpu() const { return gpu_.get(); }
   bool destroyed() const { return destroyed_.load(std::memory_order_acquire); }

@@ -377,6 +377,26 @@ TEST_F(DaemonTest, APeerThatLeavesWhenDoneIsNotAnAsyncErrorUntilAnOpNeedsIt) {
   }
 }
 
+// A fault after a clean leave is what the others must learn of: rank 0
+// leaves when done (no error for rank 2), then rank 1 aborts: rank 2's
+// AsyncError names rank 1's abort though no op of rank 2 failed.
+TEST_F(DaemonTest, AFaultAfterACleanLeaveIsAnAsyncError) {
+  const std::string key = "fault-after-leave";
+  std::vector<std::unique_ptr<Client>> c(3);
+  std::vector<std::unique_ptr<Communicator>> comm(3);
+  for (auto& x : c) x = daemon_.Connect();
+  RunRanks(3, [&](uint32_t r) { comm[r] = Join(*c[r], key, 3, r); });
+  for (const auto& x : comm) ASSERT_TRUE(x);
+  RunRanks(3, [&](uint32_t r) { EXPECT_EQ(SumAllReduce(*c[r], *comm[r], 512, 5), 0u); });
+  ASSERT_TRUE(comm[0]->Destroy().ok());
+  EXPECT_TRUE(comm[2]->AsyncError().ok()) << comm[2]->AsyncError().ToString();
+  EXPECT_TRUE(comm[1]->Abort("a test's fault").ok());
+  const Status seen = comm[2]->AsyncError();
+  EXPECT_EQ(seen.code(), StatusCode::kAborted) << seen.ToString();
+  EXPECT_NE(seen.message().find("rank 1 aborted the communicator: a test's fault"), std::string::npos)
+      << seen.ToString();
+}
+
 // A wait that times out before the op completes must not become the op's
 // status: once the op completes, waits report its own (OK) status.
 TEST_F(DaemonTest, ShortWaitTimeoutIsNotTheOpsStatus) {
