@@ -217,7 +217,8 @@ class Communicator {
   // any thread: an abort (a peer died, a node was lost, Abort), the verdict
   // of this rank's last eager GPU op (a deadline, a mismatch), or the failure
   // a kernel of this rank recorded (a graph-replayed op's too). A peer that
-  // destroyed its communicator when done is not a failure by itself: it
+  // destroyed its communicator when done (its own ops all succeeded) is not
+  // a failure by itself: it
   // becomes one here when an op of this rank fails for want of that peer
   // (a host op: once waited for). OK while the communicator is healthy.
   Status AsyncError() const;
