@@ -38,7 +38,8 @@
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
 //                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
-//                                        count) and 32 the end barrier; docs/latency.md)
+//                                        count, 64 the start flag's release fence: with 2 only) and 32 the end
+//                                        barrier; docs/latency.md)
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -25,6 +25,18 @@ __device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
 #endif
 }
 
+// A strong store at system scope without the release's fence (on sm_90 a
+// release store is MEMBAR.ALL.SYS then the store; the fence alone is most of
+// a microsecond: docs/latency.md, the seventh cut). Only where the writes it
+// vouches for are already ordered (FinishOp).
+__device__ __forceinline__ void StoreRelaxed(uint64_t* p, uint64_t v) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
 __device__ __forceinline__ uint64_t LoadAcquire(const uint64_t* p) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
@@ -134,7 +146,11 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         RecordError(a, kDeviceAborted);
         failed = 1;
       } else {
-        StoreRelease(line, gen);
+        if (phase == 0 && (a.bench_skip & kSkipStartRelease) != 0) {
+          StoreRelaxed(line, gen);
+        } else {
+          StoreRelease(line, gen);
+        }
         if (check_abort && !abort_before_flag && LoadAcquire(a.abort_word) != 0) {
           RecordError(a, kDeviceAborted);
           failed = 1;
@@ -261,17 +277,31 @@ __device__ __forceinline__ bool CountFinishedBlock(uint32_t* finished, uint32_t 
 // instead of done, and only counts itself when a last block has a verdict or
 // a trace to publish. `synced`: the block's threads have just met in a
 // bar.sync (every step of RunOp but the unsafe skip ends in one), which
-// orders their writes before thread 0's count as this one would.
-__device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced = false) {
+// orders their writes before thread 0's count as this one would. `fenced`:
+// besides, the block passed an end barrier, whose flag was a release store
+// issued after the block's last write and before that bar.sync.
+__device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced = false, bool fenced = false) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   if (!synced) __syncthreads();
   if (threadIdx.x == 0) {
     const bool per_block = a.block_done != nullptr;
     if (per_block && a.status_mirror == nullptr && a.trace == nullptr) {
       // Nothing for a last block to publish: this block is through (its
-      // writes, and its peers' reads of its part by the end barrier),
-      // released as its end flag was, after the bar.sync.
-      StoreRelease(a.block_done + blockIdx.x, gen);
+      // writes, and its peers' reads of its part by the end barrier).
+      // After a passed end barrier no fence is needed: the end flag's
+      // release fence completed before the flag was stored, so every write
+      // of the block was visible system-wide before this store is issued,
+      // and every read had returned (its value was consumed before the
+      // bar.sync). The readers: the next op of this rank, after the kernel
+      // boundary, and the host's copies (CompletedOps), which need only
+      // that nothing of the op touches its buffers after the word. The
+      // fence cost most of a microsecond at the tail of every op (the
+      // seventh cut, docs/latency.md). Any other path keeps the release.
+      if (fenced) {
+        StoreRelaxed(a.block_done + blockIdx.x, gen);
+      } else {
+        StoreRelease(a.block_done + blockIdx.x, gen);
+      }
       return;
     }
     const bool last = (a.bench_skip & kSkipCompletionCount) != 0 ? blockIdx.x == 0
@@ -302,12 +332,13 @@ template <bool kPushesReduced = false, typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
   uint64_t gen = 0;
   bool synced = true;  // BeginOp and Barrier end in a bar.sync
+  bool fenced = false;
   if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
     data();
-    EndBarrier(a, gen, kPushesReduced);
+    fenced = EndBarrier(a, gen, kPushesReduced) && !a.unsafe_skip_end_barrier;
     synced = !a.unsafe_skip_end_barrier;
   }
-  FinishOp(a, gen, synced);
+  FinishOp(a, gen, synced, fenced);
 }
 
 }  // namespace collectived::ring

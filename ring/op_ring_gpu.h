@@ -93,6 +93,10 @@ constexpr uint32_t kSkipDescriptorMatch = 2; // the device-side matcher in the s
 constexpr uint32_t kSkipDeadlinePoll = 4;    // the deadline and abort polls inside spins
 constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at op begin and before the end flag
 constexpr uint32_t kSkipCompletionCount = 16; // the last-block count: block 0 publishes done alone
+// 64: the start flag stored without the release's fence. Unsafe even for the
+// bench's own data unless 2 is set too (the descriptor words beside the flag
+// are ordered by that release): it times what the start flag's fence costs.
+constexpr uint32_t kSkipStartRelease = 64;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
 // `trace` (optional): this rank's op trace; the post clears the op's entry.

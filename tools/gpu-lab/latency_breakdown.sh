@@ -8,7 +8,7 @@
 # daemon (client-executed, zero copy), reference beside. With bin/collective-bench-old (a
 # build before a cut, packed by hand) the same runs of it come first, so
 # before and after share one run. Outputs under $OUT.
-#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none; RUN_S)
+#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none; RUN_S; PER_BLOCK)
 source "$(dirname "$0")/gpu_bundle_env.sh"
 # Each run is bounded (RUN_S): on 2026-12-05 (tenth session) one hung run
 # took a whole device call with it. stdbuf: a killed run still shows its rows.
@@ -52,14 +52,15 @@ bins=bin/collective-bench
         if [ "$b" = bin/collective-bench ]; then
           echo "## round $round, $g ranks, $b: full protocol, reference beside (-r 1)"
           bench "$b" -g "$g" -r 1
-          # As the client library's captured ops complete: a word per block,
-          # no verdict copy (the fifth cut, docs/latency.md).
-          echo "## round $round, $g ranks, $b: full protocol, block completion words (-P 1)"
-          bench "$b" -g "$g" -P 1
         fi
+        # As the client library's captured ops complete: a word per block,
+        # no verdict copy (the fifth cut, docs/latency.md).
+        echo "## round $round, $g ranks, $b: full protocol, block completion words (-P 1)"
+        bench "$b" -g "$g" -P 1
+        # PER_BLOCK=1: the parts left out of the -P 1 protocol instead.
         for s in ${SKIPS-1 2 4 8 16 32 63}; do
-          echo "## round $round, $g ranks, $b: -S $s"
-          bench "$b" -g "$g" -S "$s"
+          echo "## round $round, $g ranks, $b: -S $s${PER_BLOCK:+ -P 1}"
+          bench "$b" -g "$g" -S "$s" ${PER_BLOCK:+-P 1}
         done
       done
       for k in ${BLOCKS-1 4 16}; do
