@@ -168,7 +168,7 @@ class Soak:
                 procs[victim].send_signal(signal.SIGKILL)
                 t_kill = time.monotonic()
         ended = {}
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + self.a.round_timeout_s
         while len(ended) < world and time.monotonic() < deadline:
             for r, p in enumerate(procs):
                 if r not in ended and p.poll() is not None:
@@ -180,7 +180,7 @@ class Soak:
         for r in hung:
             procs[r].kill()
             procs[r].wait()
-            self.fail(f"{key}: rank {r} hung (no exit within 120 s)")
+            self.fail(f"{key}: rank {r} hung (no exit within {self.a.round_timeout_s:g} s)")
         outs = [open(path).read() for path in logs]
         for r, out in enumerate(outs):
             for m in re.finditer(r"(\d+) wrong", out):
@@ -313,6 +313,7 @@ def main():
     p.add_argument("--kills", default="before-join,mid-op,mid-op")  # drawn from, per killed round
     p.add_argument("--daemon-args", default="")  # e.g. "--backend cuda" for the GPU soak
     p.add_argument("--client-args", default="")  # e.g. "--gpu 1": the test client's GPU communicators
+    p.add_argument("--round-timeout-s", type=float, default=120)  # a rank not ended by then is hung
     p.add_argument("--hang-cmd", default="")  # run when a round hangs, its output to OUT/hangs.txt
     p.add_argument("--keep", action="store_true")  # keep the logs (daemon, every client) in OUT/logs
     a = p.parse_args()

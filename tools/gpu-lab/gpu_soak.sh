@@ -11,6 +11,8 @@
 #   MINUTES=10 SLEEP_S=560 bash gpu-bundle/gpu_soak.sh start; bash gpu-bundle/gpu_soak.sh collect
 # (collect leaves $OUT/gpu-soak.tgz: the summary, plot, MPS logs, every round's logs, hangs.txt).
 # Run it alone: other GPU work beside it (as compute-sanitizer was on 2026-12-06) blurs a failure.
+# ROUND_TIMEOUT_S (120): a round whose ranks have not all ended by then is hung
+# (a short run that must see a hang within one device call lowers it).
 # SOAK_GROUPS=1: one communicator on the GPU at a time. Each communicator sizes its
 # blocks to the whole GPU (one per SM over its ranks there), so two groups ask
 # for two blocks per SM, the occupancy at which the kernel tests once hit
@@ -28,7 +30,7 @@ soak() {  # soak BUNDLE OUT_DIR
   # 14th, in both groups at once); every log is kept (--keep).
   python3 soak.py --daemon bin/collectived --client bin/collectived_test_client \
     --daemon-args "--backend cuda" --client-args "--gpu 1" --minutes "${MINUTES:-9}" --sample-s 60 \
-    --groups "${SOAK_GROUPS:-2}" --mid-op-max-s 2 \
+    --groups "${SOAK_GROUPS:-2}" --mid-op-max-s 2 --round-timeout-s "${ROUND_TIMEOUT_S:-120}" \
     --hang-cmd "nvidia-smi; tail -n 30 $CUDA_MPS_LOG_DIRECTORY/control.log $CUDA_MPS_LOG_DIRECTORY/server.log" \
     --keep --out "$2/gpu-soak" 2>&1
   echo "soak rc=$?"
