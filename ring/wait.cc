@@ -33,6 +33,22 @@ int SpinIterations() {
   return spins;
 }
 
+// The spins also end after this long, however many are left: a PAUSE takes
+// 25 ns on the dev machine's EPYC and more on other x86 parts, so 4000 spins
+// held a core 100-250 us, and a waiter sharing its core with the thread it
+// waits for (a client and the daemon executor that runs its op) held that
+// thread off as long: the 16-core machine's slow daemon-executed runs (150-240
+// us at 16 KiB against 19) and this machine's with 4000 spins (210 us, 2
+// cores; bench/RESULTS.md "Host backend"). After it, the yields hand the core
+// over at once. COLLECTIVED_SPIN_US overrides.
+int64_t SpinNs() {
+  static const int64_t ns = [] {
+    if (const char* env = std::getenv("COLLECTIVED_SPIN_US")) return int64_t{std::atoi(env)} * 1000;
+    return int64_t{10'000};
+  }();
+  return ns;
+}
+
 // After the spins, a waiter inside an op yields its core this long before
 // it sleeps: a futex sleep and wake cost more than a small op (measured on 2
 // cores, bench/RESULTS.md "Host backend: waits"). COLLECTIVED_YIELD_US overrides.
@@ -55,9 +71,11 @@ int64_t NowNs() {
 Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const WaitContext& ctx, const char* what,
                    unsigned shift) {
   const int spins = ctx.idle ? 0 : SpinIterations();
+  const int64_t spin_until = spins > 64 ? NowNs() + SpinNs() : 0;
   for (int i = 0; i < spins; ++i) {
     if ((word.load(std::memory_order_acquire) >> shift) >= target) return Status::Ok();
     CpuRelax();
+    if ((i & 63) == 63 && NowNs() >= spin_until) break;
   }
   // Then yield the core for a while: a peer that shares it runs at once,
   // one on its own core is seen within a yield (no futex round trip).
