@@ -278,32 +278,42 @@ __device__ __forceinline__ bool CountFinishedBlock(uint32_t* finished, uint32_t 
 // a trace to publish. `synced`: the block's threads have just met in a
 // bar.sync (every step of RunOp but the unsafe skip ends in one), which
 // orders their writes before thread 0's count as this one would. `fenced`:
-// besides, the block passed an end barrier, whose flag was a release store
-// issued after the block's last write and before that bar.sync.
+// besides, the block passed an end barrier, whose flag thread `a.rank`
+// stored with a release after that bar.sync followed the block's last write.
 __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced = false, bool fenced = false) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   if (!synced) __syncthreads();
-  if (threadIdx.x == 0) {
-    const bool per_block = a.block_done != nullptr;
-    if (per_block && a.status_mirror == nullptr && a.trace == nullptr) {
-      // Nothing for a last block to publish: this block is through (its
-      // writes, and its peers' reads of its part by the end barrier).
-      // After a passed end barrier no fence is needed: the end flag's
-      // release fence completed before the flag was stored, so every write
-      // of the block was visible system-wide before this store is issued,
-      // and every read had returned (its value was consumed before the
-      // bar.sync). The readers: the next op of this rank, after the kernel
-      // boundary, and the host's copies (CompletedOps), which need only
-      // that nothing of the op touches its buffers after the word. The
-      // fence cost most of a microsecond at the tail of every op (the
-      // seventh cut, docs/latency.md). Any other path keeps the release.
-      if (fenced) {
-        StoreRelaxed(a.block_done + blockIdx.x, gen);
-      } else {
-        StoreRelease(a.block_done + blockIdx.x, gen);
-      }
+  if (a.block_done != nullptr && a.status_mirror == nullptr && a.trace == nullptr) {
+    // Nothing for a last block to publish: this block is through (its
+    // writes, and its peers' reads of its part by the end barrier).
+#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
+    // After a passed end barrier the word needs no fence of its own: the
+    // thread that stored the end flag with a release stores it, after it in
+    // program order, which makes the pair a release pattern in PTX's model
+    // (a release, then a strong write): the block's writes, ordered before
+    // that release by the bar.sync, are ordered before the word; every read
+    // had returned (its value was consumed before the bar.sync). The end
+    // flag's own store is ordered before the word only in program order:
+    // the one reader that unmaps memory on the word (Destroy's wait for
+    // graph replays) sees it through a GPU copy and a stream
+    // synchronization, tens of microseconds after that store issued, an
+    // operational argument, not the model's. The readers: the next op of
+    // this rank, after the kernel boundary, and the host's copies
+    // (CompletedOps). The fence cost about a microsecond at the tail of
+    // every op (the seventh cut, docs/latency.md). HIP keeps the release:
+    // nothing has checked AMD's model here.
+    if (fenced) {
+      if (threadIdx.x == a.rank) StoreRelaxed(a.block_done + blockIdx.x, gen);
       return;
     }
+#else
+    (void)fenced;
+#endif
+    if (threadIdx.x == 0) StoreRelease(a.block_done + blockIdx.x, gen);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    const bool per_block = a.block_done != nullptr;
     const bool last = (a.bench_skip & kSkipCompletionCount) != 0 ? blockIdx.x == 0
                                                                   : CountFinishedBlock(a.finished, gridDim.x);
     if (last) {

@@ -71,11 +71,21 @@ int64_t NowNs() {
 Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const WaitContext& ctx, const char* what,
                    unsigned shift) {
   const int spins = ctx.idle ? 0 : SpinIterations();
-  const int64_t spin_until = spins > 64 ? NowNs() + SpinNs() : 0;
+  // The clock is read from the 64th poll on, every 64: a word already set
+  // costs no clock read. The bound is checked from there, so at least 64
+  // polls run whatever it is.
+  int64_t spin_until = 0;
   for (int i = 0; i < spins; ++i) {
     if ((word.load(std::memory_order_acquire) >> shift) >= target) return Status::Ok();
     CpuRelax();
-    if ((i & 63) == 63 && NowNs() >= spin_until) break;
+    if ((i & 63) == 63) {
+      const int64_t now = NowNs();
+      if (spin_until == 0) {
+        spin_until = now + SpinNs();
+      } else if (now >= spin_until) {
+        break;
+      }
+    }
   }
   // Then yield the core for a while: a peer that shares it runs at once,
   // one on its own core is seen within a yield (no futex round trip).
