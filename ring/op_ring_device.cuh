@@ -26,9 +26,9 @@ __device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
 }
 
 // A strong store at system scope without the release's fence (on sm_90 a
-// release store is MEMBAR.ALL.SYS then the store; the fence alone is most of
-// a microsecond: docs/latency.md, the seventh cut). Only where the writes it
-// vouches for are already ordered (FinishOp).
+// release store is MEMBAR.ALL.SYS then the store, about 0.7 us on the H100:
+// docs/latency.md, the seventh cut). Only where a release just before, in
+// the same thread, already ordered what it vouches for (FinishOp).
 __device__ __forceinline__ void StoreRelaxed(uint64_t* p, uint64_t v) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);

@@ -34,8 +34,8 @@ int SpinIterations() {
 }
 
 // The spins also end after this long, however many are left: a PAUSE takes
-// 25 ns on the dev machine's EPYC and more on other x86 parts, so 4000 spins
-// held a core 100-250 us, and a waiter sharing its core with the thread it
+// 25 ns on the dev machine's EPYC (and may take longer on other parts), so
+// 4000 spins held a core 100 us or more, and a waiter sharing its core with the thread it
 // waits for (a client and the daemon executor that runs its op) held that
 // thread off as long: the 16-core machine's slow daemon-executed runs (150-240
 // us at 16 KiB against 19) and this machine's with 4000 spins (210 us, 2
