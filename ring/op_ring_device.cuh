@@ -27,13 +27,29 @@ __device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
 
 // A strong store at system scope without the release's fence (on sm_90 a
 // release store is MEMBAR.ALL.SYS then the store, about 0.7 us on the H100:
-// docs/latency.md, the seventh cut). Only where a release just before, in
-// the same thread, already ordered what it vouches for (FinishOp).
+// docs/latency.md, the seventh cut). Only where a fence just before, in the
+// same thread, already ordered what it vouches for (StoreEndFlag, FinishOp).
 __device__ __forceinline__ void StoreRelaxed(uint64_t* p, uint64_t v) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
 #else
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
+// The end flag: a release fence at system scope, then a strong store. For
+// the flag this is what a release store is (a fence followed by a strong
+// write is a release pattern in PTX's memory model; sm_90 compiles a release
+// store to MEMBAR.ALL.SYS and a strong store, and this is expected to be the
+// same, not yet checked in SASS); unlike a release store, the
+// fence also releases later strong stores of this thread, the block's
+// completion word among them (FinishOp). HIP: a release store.
+__device__ __forceinline__ void StoreEndFlag(uint64_t* p, uint64_t v) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  StoreRelease(p, v);
+#else
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+  StoreRelaxed(p, v);
 #endif
 }
 
@@ -127,7 +143,8 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       if (match) {  // beside the flag, which orders them (release) for the peer that acquires it
         for (uint32_t w = 1; w < kDescriptorWords; ++w) line[w] = a.desc[w - 1];
       }
-      // No fence before the flag: st.release.sys orders this thread's
+      // No fence before the flag but the release's own (the end flag's
+      // made explicit: StoreEndFlag): it orders this thread's
       // writes, and through the bar.sync above every write and read of its
       // block (release is cumulative in PTX's memory model), which is what
       // peers that acquire the flag rely on (the reference kernel publishes
@@ -146,7 +163,9 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         RecordError(a, kDeviceAborted);
         failed = 1;
       } else {
-        if (phase == 0 && (a.bench_skip & kSkipStartRelease) != 0) {
+        if (phase == 1) {
+          StoreEndFlag(line, gen);
+        } else if ((a.bench_skip & kSkipStartRelease) != 0) {
           StoreRelaxed(line, gen);
         } else {
           StoreRelease(line, gen);
@@ -279,7 +298,8 @@ __device__ __forceinline__ bool CountFinishedBlock(uint32_t* finished, uint32_t 
 // bar.sync (every step of RunOp but the unsafe skip ends in one), which
 // orders their writes before thread 0's count as this one would. `fenced`:
 // besides, the block passed an end barrier, whose flag thread `a.rank`
-// stored with a release after that bar.sync followed the block's last write.
+// stored after a release fence (StoreEndFlag), after the bar.sync that
+// followed the block's last write.
 __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced = false, bool fenced = false) {
   if (a.op_index != nullptr) return;  // LaunchComplete publishes
   if (!synced) __syncthreads();
@@ -288,12 +308,12 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
     // writes, and its peers' reads of its part by the end barrier).
 #if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
     // After a passed end barrier the word needs no fence of its own: the
-    // thread that stored the end flag with a release stores it, after it in
-    // program order, which makes the pair a release pattern in PTX's model
-    // (a release, then a strong write): the block's writes, ordered before
-    // that release by the bar.sync, are ordered before the word; every read
-    // had returned (its value was consumed before the bar.sync). The end
-    // flag's own store is ordered before the word only in program order:
+    // thread that stored the end flag stores it, and the fence before that
+    // flag (StoreEndFlag) followed by this strong store is a release pattern
+    // on the word in PTX's model: the block's writes, ordered before the
+    // fence by the bar.sync, are ordered before the word; every read had
+    // returned (its value was consumed before the bar.sync). The end flag's
+    // own store is ordered before the word only in program order:
     // the one reader that unmaps memory on the word (Destroy's wait for
     // graph replays) sees it through a GPU copy and a stream
     // synchronization, tens of microseconds after that store issued, an
