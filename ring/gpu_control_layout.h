@@ -8,7 +8,8 @@
 // Control window (one, on the first rank's device):
 //   barrier flags      kFlagWords words: [phase][block][rank], one 128-byte
 //                      line each; a start flag's line carries the rank's op
-//                      descriptor beside the flag (the device-side matcher)
+//                      descriptor beside the flag, in words tagged with the
+//                      generation (the device-side matcher)
 //   per rank           counter, op index, done, finished (one 128-byte line each rank)
 //   per rank, block    a block's completion: the generation its last op
 //                      completed with (single-launch ops keep them instead
@@ -52,15 +53,33 @@ constexpr uint64_t kFlagWords = uint64_t{kBarrierPhases} * kMaxBlocks * kMaxDevi
 COLLECTIVED_LAYOUT_FN uint64_t FlagWord(uint32_t phase, uint32_t block, uint32_t rank) {
   return ((uint64_t{phase} * kMaxBlocks + block) * kMaxDeviceRanks + rank) * kFlagLineWords;
 }
+// A start flag's descriptor word: `half` (32 bits of a descriptor word)
+// with op `gen`'s tag above it; TagMatches says whether a word read is op
+// `gen`'s, TaggedHalf gives back its half.
+COLLECTIVED_LAYOUT_FN uint64_t TagHalf(uint64_t gen, uint32_t half) { return gen << 32 | half; }
+COLLECTIVED_LAYOUT_FN bool TagMatches(uint64_t word, uint64_t gen) {
+  return static_cast<uint32_t>(word >> 32) == static_cast<uint32_t>(gen);
+}
+COLLECTIVED_LAYOUT_FN uint32_t TaggedHalf(uint64_t word) { return static_cast<uint32_t>(word); }
 #undef COLLECTIVED_LAYOUT_FN
 
 // Verdicts left in the error word (first one wins).
 enum DeviceError : int32_t { kDeviceOk = 0, kDeviceDeadline = 1, kDeviceAborted = 2, kDeviceMismatch = 3 };
 
-// Words of one rank's op descriptor, compared by every peer after the start
-// barrier (the device-side matcher): words 0..3 of each start flag's line,
-// word 0 the flag itself (the generation).
-constexpr uint32_t kDescriptorWords = 4;
+// Words of one rank's op descriptor (PackDeviceDescriptor), compared by
+// every peer in the start barrier (the device-side matcher).
+constexpr uint32_t kDescriptorWords = 3;
+// Where a start flag's line carries it: word 0 is the flag (the generation);
+// words 1..6 hold the descriptor's six 32-bit halves, each in a word of its
+// own tagged with the generation's low 32 bits (TagHalf). The flag is stored
+// without a release (docs/latency.md, the eighth cut), so a peer may see it
+// before the words: the tags tell it which of the words it read are this
+// op's, and it reads again until all are. Every op of a rank rewrites the
+// line of each block it runs (the communicator's fixed block count), so a
+// stale word carries the tag of an op at most a few ops old, never of one
+// 2^32 ops back.
+constexpr uint32_t kTaggedDescriptorWord = 1;
+constexpr uint32_t kTaggedDescriptorWords = 2 * kDescriptorWords;
 
 // Op trace, per rank, of the last kTraceDepth ops (entry index % depth), in
 // the GPU's own clock (globaltimer ns): word 0 = index + 1 once complete,

@@ -33,7 +33,7 @@ void PackOpDescriptor(const OpDescriptor& desc, uint64_t words[kRingDescriptorWo
 }
 
 void PackDeviceDescriptor(CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algorithm, uint64_t count,
-                          bool zero_copy, uint64_t send_tag, uint64_t recv_tag, uint64_t out[kDescriptorWords - 1]) {
+                          bool zero_copy, uint64_t send_tag, uint64_t recv_tag, uint64_t out[kDescriptorWords]) {
   out[0] = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(op) << 16 |
            static_cast<uint64_t>(algorithm) << 24 | static_cast<uint64_t>(zero_copy) << 32;
   out[1] = count;

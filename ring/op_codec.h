@@ -54,12 +54,12 @@ RingSlotWords RingSlotLayout();
 // `desc` as the words a device post copies into the slot (kRingDescriptorWords at most).
 void PackOpDescriptor(const OpDescriptor& desc, uint64_t words[kRingDescriptorWords]);
 
-// ---- the device-side matcher's descriptor (words 1..kDescriptorWords-1 of a row) ----
+// ---- the device-side matcher's descriptor (a start flag's line carries it: gpu_control_layout.h) ----
 
 // Kind, type, reduction, algorithm, count and, for zero-copy ops, where send
 // and recv lie (tags by which peers address each other's buffers).
 void PackDeviceDescriptor(CollectiveKind kind, DataType dtype, ReduceOp op, uint32_t algorithm, uint64_t count,
-                          bool zero_copy, uint64_t send_tag, uint64_t recv_tag, uint64_t out[kDescriptorWords - 1]);
+                          bool zero_copy, uint64_t send_tag, uint64_t recv_tag, uint64_t out[kDescriptorWords]);
 
 }  // namespace collectived::ring
 

@@ -90,7 +90,7 @@ TEST(OpCodecTest, PackedDescriptorReadsBackAsTheSame) {
 
 TEST(OpCodecTest, DeviceDescriptorTellsEveryFieldApart) {
   auto pack = [](CollectiveKind k, DataType t, ReduceOp o, uint32_t a, uint64_t n, bool z, uint64_t s, uint64_t r) {
-    uint64_t w[kDescriptorWords - 1];
+    uint64_t w[kDescriptorWords];
     PackDeviceDescriptor(k, t, o, a, n, z, s, r, w);
     return std::make_tuple(w[0], w[1], w[2]);
   };
@@ -107,6 +107,24 @@ TEST(OpCodecTest, DeviceDescriptorTellsEveryFieldApart) {
   // Staged ops do not compare where buffers lie: each rank's are its own.
   EXPECT_EQ(pack(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 1, 1024, false, 3, 5),
             pack(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 1, 1024, false, 8, 9));
+}
+
+TEST(OpCodecTest, TaggedDescriptorHalvesRoundTripAndTellOpsApart) {
+  // Tags at the edges of the 32 bits a word keeps of the generation.
+  for (uint64_t gen : {uint64_t{1}, uint64_t{0xffffffff}, uint64_t{1} << 32, (uint64_t{1} << 32) + 1}) {
+    for (uint32_t half : {0u, 1u, 0xdeadbeefu, 0xffffffffu}) {
+      const uint64_t w = TagHalf(gen, half);
+      EXPECT_EQ(TaggedHalf(w), half) << gen;
+      EXPECT_TRUE(TagMatches(w, gen)) << gen;
+      EXPECT_FALSE(TagMatches(w, gen + 1)) << gen;
+      EXPECT_FALSE(TagMatches(w, gen - 1)) << gen;
+    }
+  }
+  // What a line holds before any op (zeros) is no op's word.
+  EXPECT_FALSE(TagMatches(0, 1));
+  // Only 32 bits of the generation: the same tag 2^32 ops apart (why every
+  // op rewrites its line, gpu_control_layout.h).
+  EXPECT_TRUE(TagMatches(TagHalf(7, 5), 7 + (uint64_t{1} << 32)));
 }
 
 TEST(OpCodecTest, OneAlgorithmChoiceForEveryPoster) {
@@ -134,7 +152,7 @@ TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
                                                    static_cast<ptrdiff_t>(kMaxBlocks * 8));
   // A flag's line holds the flag and the descriptor beside it.
   EXPECT_GE(kFlagLineWords * 8, 128u);
-  EXPECT_GE(kFlagLineWords, kDescriptorWords);
+  EXPECT_GE(kFlagLineWords, kTaggedDescriptorWord + kTaggedDescriptorWords);
   EXPECT_EQ(at(GpuControlLayout::Abort(base)) - at(GpuControlLayout::Error(base)), 64) << "abort word on its own line";
   EXPECT_EQ(at(GpuControlLayout::Trace(base, kMaxDeviceRanks)), static_cast<ptrdiff_t>(GpuControlLayout::kBytes));
   EXPECT_EQ(AlignUp(1, kHeapAlignment), kHeapAlignment);

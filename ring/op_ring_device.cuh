@@ -53,6 +53,18 @@ __device__ __forceinline__ void StoreEndFlag(uint64_t* p, uint64_t v) {
 #endif
 }
 
+// A strong load at system scope without acquire: a start flag's tagged
+// descriptor words, whose tags say whether they are the op's (Barrier).
+__device__ __forceinline__ uint64_t LoadRelaxed(const uint64_t* p) {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
 __device__ __forceinline__ uint64_t LoadAcquire(const uint64_t* p) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
@@ -95,16 +107,18 @@ __device__ inline void RecordError(const DeviceOpArgs& a, int32_t code) {
   }
 }
 
-// Spins until *word >= target; false (error recorded) on abort or deadline.
-__device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, uint64_t target) {
+// Spins until ready() (which loads what it waits for, an acquire among
+// them); false (error recorded) on abort or deadline.
+template <typename Ready>
+__device__ inline bool SpinUntil(const DeviceOpArgs& a, Ready ready) {
   if (a.bench_skip & kSkipDeadlinePoll) {
-    while (LoadAcquire(word) < target) {
+    while (!ready()) {
     }
     return true;
   }
   const uint64_t deadline = NowNs() + a.timeout_ns;
   uint32_t spins = 0;
-  while (LoadAcquire(word) < target) {
+  while (!ready()) {
     if ((++spins & 255) == 0) {
       if (LoadAcquire(a.abort_word) != 0) {
         RecordError(a, kDeviceAborted);
@@ -119,11 +133,60 @@ __device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, 
   return true;
 }
 
+// Spins until *word >= target; false (error recorded) on abort or deadline.
+__device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, uint64_t target) {
+  return SpinUntil(a, [&] { return LoadAcquire(word) >= target; });
+}
+
 // Rank `rank`'s flag of this block and `phase`: word 0 of a 128-byte line of
-// its own (ring/gpu_control_layout.h); a start flag's words 1..3 hold the
-// rank's descriptor.
+// its own (ring/gpu_control_layout.h); a start flag's words 1..6 hold the
+// rank's descriptor, tagged with the generation.
 __device__ __forceinline__ uint64_t* FlagLine(const DeviceOpArgs& a, uint32_t phase, uint32_t rank) {
   return a.flags + FlagWord(phase, blockIdx.x, rank);
+}
+
+// This rank's descriptor for op `gen` into its start flag's line: strong
+// stores, each word tagged (TagHalf), in no order a peer relies on.
+__device__ inline void StoreDescriptor(const DeviceOpArgs& a, uint64_t* line, uint64_t gen) {
+  for (uint32_t k = 0; k < kDescriptorWords; ++k) {
+    StoreRelaxed(line + kTaggedDescriptorWord + 2 * k, TagHalf(gen, static_cast<uint32_t>(a.desc[k])));
+    StoreRelaxed(line + kTaggedDescriptorWord + 2 * k + 1, TagHalf(gen, static_cast<uint32_t>(a.desc[k] >> 32)));
+  }
+}
+
+// A peer's start flag and descriptor for op `gen` (the device-side
+// matcher): spins until the flag is at least gen and every tagged word is op
+// gen's, then compares. A poll loads the words, then the flag, all on one
+// line, so they are in flight together: one round trip a poll (the words'
+// serial loads after the flag cost 0.13-0.20 us: docs/latency.md). The flag
+// is exactly gen once reached: the peer publishes gen + 1 only after this
+// rank's end flag of gen, and its words stay until then too (one past gen,
+// as under the negative control that skips the end barrier, fails the
+// compare at once). A word read
+// before the peer stored it carries an older op's tag (its line is
+// rewritten by every op its block runs: a stale word would have to be 2^32
+// ops old to pass). False, error recorded, on a mismatch, abort or deadline.
+__device__ inline bool AwaitDescriptor(const DeviceOpArgs& a, const uint64_t* line, uint64_t gen) {
+  const bool check_tags = (a.bench_skip & kIgnoreDescriptorTags) == 0;
+  uint64_t w[kTaggedDescriptorWords];
+  uint64_t flag = 0;
+  const bool arrived = SpinUntil(a, [&] {
+    for (uint32_t k = 0; k < kTaggedDescriptorWords; ++k) w[k] = LoadRelaxed(line + kTaggedDescriptorWord + k);
+    flag = LoadAcquire(line);
+    if (flag != gen) return flag > gen;  // past gen: a mismatch, not a wait
+    bool fresh = true;
+    if (check_tags) {
+      for (uint32_t k = 0; k < kTaggedDescriptorWords; ++k) fresh &= TagMatches(w[k], gen);
+    }
+    return fresh;
+  });
+  if (!arrived) return false;
+  bool same = flag == gen;
+  for (uint32_t k = 0; k < kDescriptorWords; ++k) {
+    same &= (TaggedHalf(w[2 * k]) | uint64_t{TaggedHalf(w[2 * k + 1])} << 32) == a.desc[k];
+  }
+  if (!same) RecordError(a, kDeviceMismatch);
+  return same;
 }
 
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
@@ -140,16 +203,25 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
     const bool match = phase == 0 && a.match_descriptors && (a.bench_skip & kSkipDescriptorMatch) == 0;
     if (threadIdx.x == a.rank) {
       uint64_t* line = FlagLine(a, phase, a.rank);
-      if (match) {  // beside the flag, which orders them (release) for the peer that acquires it
-        for (uint32_t w = 1; w < kDescriptorWords; ++w) line[w] = a.desc[w - 1];
-      }
-      // No fence before the flag but the release's own (the end flag's
-      // made explicit: StoreEndFlag): it orders this thread's
-      // writes, and through the bar.sync above every write and read of its
-      // block (release is cumulative in PTX's memory model), which is what
-      // peers that acquire the flag rely on (the reference kernel publishes
-      // the same way). The fence that stood here cost docs/latency.md's
-      // figures. HIP keeps it: nothing has checked AMD's model here.
+      // The words go out even where peers do not compare them (daemon-executed
+      // ops), so every op rewrites the line (AwaitDescriptor's tags).
+      const bool words = phase == 0 && (a.bench_skip & kSkipDescriptorMatch) == 0;
+      const bool late_words = words && (a.bench_skip & kDelayDescriptorWords) != 0;
+      if (words && !late_words) StoreDescriptor(a, line, gen);
+      // No fence before the flag but the end flag's own (StoreEndFlag): it
+      // orders this thread's writes, and through the bar.sync above every
+      // write and read of its block (cumulativity in PTX's memory model),
+      // which is what peers that acquire the end flag rely on. The start
+      // flag is a strong store without a fence (the eighth cut,
+      // docs/latency.md): peers read nothing this block wrote before it but
+      // the descriptor, whose tags make it exact without ordering; the input
+      // they then read was written by stream work before this kernel, which
+      // completed and flushed its writes to this device's memory before the
+      // kernel began (the kernel boundary), and peers read it there, after
+      // their acquire of the flag. The fence that stood here cost 1.0 us at
+      // 2 ranks and 2.1 at 8 (bench bit kBenchStartRelease puts it back).
+      // HIP keeps a fence before either flag: nothing has checked AMD's
+      // model here.
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
       __threadfence_system();
 #endif
@@ -165,10 +237,22 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       } else {
         if (phase == 1) {
           StoreEndFlag(line, gen);
-        } else if ((a.bench_skip & kSkipStartRelease) != 0) {
-          StoreRelaxed(line, gen);
         } else {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
           StoreRelease(line, gen);
+#else
+          if ((a.bench_skip & kBenchStartRelease) != 0) {
+            StoreRelease(line, gen);
+          } else {
+            StoreRelaxed(line, gen);
+          }
+#endif
+          if (late_words) {  // the device tests' hook: peers see the flag first
+            const uint64_t until = NowNs() + kDescriptorDelayNs;
+            while (NowNs() < until) {
+            }
+            StoreDescriptor(a, line, gen);
+          }
         }
         if (check_abort && !abort_before_flag && LoadAcquire(a.abort_word) != 0) {
           RecordError(a, kDeviceAborted);
@@ -177,26 +261,10 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       }
     } else {
       const uint64_t* line = FlagLine(a, phase, threadIdx.x);
-      if (!SpinAtLeast(a, line, gen)) {
-        failed = 1;
-      } else if (match) {
-        // The peer's flag is exactly gen here: it publishes gen + 1 only
-        // after this rank's end flag of gen. Its descriptor stays until then
-        // too. (Not under the negative control that skips the end barrier: a
-        // peer a whole op ahead would read as a mismatch, as with the row
-        // this replaced.) The words load unconditionally, so they are in flight at once
-        // (compared one by one after each load, they were one L2 round trip
-        // each: docs/latency.md).
-        const volatile uint64_t* theirs = line;
-        uint64_t seen[kDescriptorWords - 1];
-        for (uint32_t w = 1; w < kDescriptorWords; ++w) seen[w - 1] = theirs[w];
-        bool same = theirs[0] == gen;
-        for (uint32_t w = 1; w < kDescriptorWords; ++w) same &= seen[w - 1] == a.desc[w - 1];
-        if (!same) {
-          RecordError(a, kDeviceMismatch);
-          failed = 1;
-        }
-      }
+      // (Not under the negative control that skips the end barrier: a peer
+      // a whole op ahead would read as a mismatch, as with the row this
+      // replaced.)
+      if (match ? !AwaitDescriptor(a, line, gen) : !SpinAtLeast(a, line, gen)) failed = 1;
     }
   }
   return __syncthreads_or(failed) == 0;

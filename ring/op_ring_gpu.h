@@ -69,19 +69,20 @@ struct DeviceOpArgs {
   int32_t* rank_error = nullptr;
   uint64_t timeout_ns = 0;         // per spin
   // Device-side matcher (optional): each block publishes desc[0..2]
-  // (PackDeviceDescriptor) beside its start flag, in the flag's line; after
-  // the start barrier every block compares each peer's with its own, and a
-  // difference fails the op on every rank (kDeviceMismatch) instead of
-  // reducing mismatched buffers.
+  // (PackDeviceDescriptor) beside its start flag, in the flag's line (tagged
+  // words, ring/gpu_control_layout.h); in the start barrier every block
+  // compares each peer's with its own, and a difference fails the op on every
+  // rank (kDeviceMismatch) instead of reducing mismatched buffers.
   bool match_descriptors = false;
-  uint64_t desc[kDescriptorWords - 1] = {};
+  uint64_t desc[kDescriptorWords] = {};
   // Negative control for seed bug 2 (AITER): leave without the end barrier,
   // so a fast rank's caller may reuse its input while a peer still reads it.
   bool unsafe_skip_end_barrier = false;
   // Optional: this rank's op trace (kTraceDepth entries).
   uint64_t* trace = nullptr;
-  // The latency breakdown only (collective-bench -S, in-process ranks): kSkip*
-  // bits, each leaving one part of the op protocol out to time what it costs.
+  // The latency breakdown (collective-bench -S, in-process ranks): kSkip*
+  // bits, each leaving one part of the op protocol out to time what it costs;
+  // and the device tests' hooks (kDelayDescriptorWords, kIgnoreDescriptorTags).
   // Nothing else sets it: the client library and the daemon leave it 0.
   uint32_t bench_skip = 0;
 };
@@ -93,10 +94,18 @@ constexpr uint32_t kSkipDescriptorMatch = 2; // the device-side matcher in the s
 constexpr uint32_t kSkipDeadlinePoll = 4;    // the deadline and abort polls inside spins
 constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at op begin and before the end flag
 constexpr uint32_t kSkipCompletionCount = 16; // the last-block count: block 0 publishes done alone
-// 64: the start flag stored without the release's fence. Unsafe even for the
-// bench's own data unless 2 is set too (the descriptor words beside the flag
-// are ordered by that release): it times what the start flag's fence costs.
-constexpr uint32_t kSkipStartRelease = 64;
+// 64: the start flag as a release store, as before the eighth cut
+// (docs/latency.md): not a part left out but one put back, to time what the
+// start flag's fence cost in the same run.
+constexpr uint32_t kBenchStartRelease = 64;
+// Device tests only. 128: the start flag's writer stores the flag, waits
+// kDescriptorDelayNs, then stores the tagged descriptor words, so peers see
+// the flag with the previous op's words. 256 (negative control, with 128):
+// peers take the words without looking at their tags, as an untagged
+// descriptor would be taken.
+constexpr uint32_t kDelayDescriptorWords = 128;
+constexpr uint32_t kIgnoreDescriptorTags = 256;
+constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
 // `trace` (optional): this rank's op trace; the post clears the op's entry.

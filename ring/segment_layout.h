@@ -21,8 +21,9 @@ constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
 // Covers the GPU control window's layout too (ring/gpu_control_layout.h):
 // every communicator attaches this segment, so client and daemon of
 // different layouts meet here. 5: OpCounters, RingSlot::posted_ns; 6: the
-// GPU control window's block completion words.
-constexpr uint32_t kLayoutVersion = 6;
+// GPU control window's block completion words; 7: a start flag's descriptor
+// in tagged words.
+constexpr uint32_t kLayoutVersion = 7;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles

@@ -284,6 +284,58 @@ TEST(DeviceCollectivesTest, DisagreeingDescriptorFailsEveryRankInsteadOfReducing
   EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
 }
 
+// Four ranks, one agreeing all-reduce of 4096 elements run: every start
+// flag's line holds that op's descriptor words.
+void RunOneAgreeingOp(VirtualRanks* vr) {
+  ASSERT_TRUE(vr->Init(4, 4096 * 4, 4096 * 4, /*timeout_ns=*/2'000'000'000).ok());
+  ASSERT_TRUE(vr->Prepare(DataType::kFloat32, ReduceOp::kSum, false, 5, 4096, false).ok());
+  ASSERT_TRUE(vr->AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, 4096, false, 4).ok());
+  ASSERT_TRUE(vr->Sync().ok());
+  ASSERT_EQ(vr->Error(), kDeviceOk);
+}
+
+// The start flag carries no release (the eighth cut): a peer may see it
+// before the descriptor words beside it. Here every rank's words go out
+// 200 us after its flag (ring::kDelayDescriptorWords), so peers first read
+// the previous op's words: their tags must make every peer wait for this
+// op's, then compare them exactly (an agreeing op passes with exact results;
+// a disagreeing one fails on every rank, within the op, not on a deadline).
+TEST(DeviceCollectivesTest, DescriptorWordsLateBehindTheirFlagAreWaitedFor) {
+  REQUIRE_GPU();
+  VirtualRanks vr;
+  ASSERT_NO_FATAL_FAILURE(RunOneAgreeingOp(&vr));
+  // Another count: the words peers first see (op 1's) disagree with op 2's.
+  vr.SetBenchSkip(ring::kDelayDescriptorWords);
+  ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 6, 2048, false).ok());
+  ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, 2048, false, 4).ok());
+  ASSERT_TRUE(vr.Sync().ok());
+  EXPECT_EQ(vr.Error(), kDeviceOk);
+  EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, 6, 2048), 0u);
+  // Rank 2 disagrees, its words late: found, by every rank, without a deadline.
+  vr.SetDescriptorSkew(2, 1);
+  ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 7, 2048, false).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, 2048, false, 4).ok());
+  ASSERT_TRUE(vr.Sync().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(vr.Error(), kDeviceMismatch);
+}
+
+// Negative control of the test above: peers that take the words without
+// their tags (ring::kIgnoreDescriptorTags) compare op 1's words with op 2's
+// descriptor, and an agreeing op fails as a mismatch: the late words are
+// really read late, so the test above can fail.
+TEST(DeviceCollectivesTest, NegativeControlUntaggedLateDescriptorIsReadStale) {
+  REQUIRE_GPU();
+  VirtualRanks vr;
+  ASSERT_NO_FATAL_FAILURE(RunOneAgreeingOp(&vr));
+  vr.SetBenchSkip(ring::kDelayDescriptorWords | ring::kIgnoreDescriptorTags);
+  ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, 6, 2048, false).ok());
+  ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, 2048, false, 4).ok());
+  ASSERT_TRUE(vr.Sync().ok());
+  EXPECT_EQ(vr.Error(), kDeviceMismatch);
+}
+
 TEST(DeviceCollectivesTest, AbortWordReleasesASpinningRank) {
   REQUIRE_GPU();
   VirtualRanks vr;

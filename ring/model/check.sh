@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Model-checks the op-ring protocol (op_ring.pml) with SPIN: the protocol as
+# Model-checks the op-ring protocol (op_ring.pml) and the start flag's tagged
+# descriptor (tagged_start.pml) with SPIN: the protocol as
 # the daemon runs it must be safe and free of deadlock for every
 # configuration below (exhaustive search), and every unsafe variant must give
 # a counterexample. Prints one line per run (states, seconds, verdict).
@@ -60,4 +61,11 @@ if [ $fused = 1 ]; then
     run "$v" unsafe -DN=2 -DK=2 -DD=1 -DFUSED=3 $fix "-D$v"
   done
 fi
+# The start flag's descriptor without a release (tagged_start.pml): small searches.
+cp "$here/tagged_start.pml" . && model=tagged_start.pml
+run "start flag: tagged words, 3 ops" small -DK=3
+run "start flag: one-bit tags, 4 ops" small -DK=4 -DTAG_BITS1
+for v in UNTAGGED_START TAG_WRAP; do
+  run "start flag: $v" unsafe -DK=3 "-D$v"
+done
 exit $fail
