@@ -14,47 +14,72 @@ using gpu::DeviceGuard;
 
 StatusSlots::~StatusSlots() {
   for (auto& r : retired_) gpuEventDestroy(r.second);
-  for (void* slab : slabs_) gpuFreeHost(slab);
+  for (gpuEvent_t e : events_) gpuEventDestroy(e);
+  for (const Word& slab : slabs_) gpuFreeHost(slab.host);
 }
 
-Status StatusSlots::Take(int32_t** host, int32_t** device) {
+Status StatusSlots::Take(int32_t** host, int32_t** device, gpuEvent_t* event) {
   std::lock_guard<std::mutex> lock(mu_);
   Reclaim();
   if (free_.empty()) {
     void* slab = nullptr;
     COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(int32_t), gpuHostAllocMapped | gpuHostAllocPortable));
-    slabs_.push_back(slab);
-    for (uint32_t i = 0; i < kSlab; ++i) free_.push_back(static_cast<int32_t*>(slab) + i);
+    void* dev = nullptr;
+    const gpuError_t mapped = gpuHostGetDevicePointer(&dev, slab, 0);
+    if (mapped != gpuSuccess) gpuFreeHost(slab);
+    COLLECTIVED_GPU_CHECK(mapped);
+    slabs_.push_back({static_cast<int32_t*>(slab), static_cast<int32_t*>(dev)});
+    // The device view of a mapped allocation is one range: word i of the
+    // slab is word i of its device view.
+    for (uint32_t i = 0; i < kSlab; ++i) {
+      free_.push_back({static_cast<int32_t*>(slab) + i, static_cast<int32_t*>(dev) + i});
+    }
   }
-  int32_t* slot = free_.back();
+  if (event != nullptr) {
+    if (events_.empty()) {
+      COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(event, gpuEventDisableTiming));
+    } else {
+      *event = events_.back();
+      events_.pop_back();
+    }
+  }
+  const Word w = free_.back();
   free_.pop_back();
-  *reinterpret_cast<volatile int32_t*>(slot) = kSlotUnset;
-  void* dev = nullptr;
-  COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, slot, 0));
-  *host = slot;
-  *device = static_cast<int32_t*>(dev);
+  *reinterpret_cast<volatile int32_t*>(w.host) = kSlotUnset;
+  *host = w.host;
+  *device = w.device;
   return Status::Ok();
 }
 
 void StatusSlots::Give(int32_t* slot, gpuEvent_t event) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (event == nullptr || gpuEventQuery(event) == gpuSuccess) {
-    free_.push_back(slot);
-    if (event != nullptr) gpuEventDestroy(event);
+  if (event == nullptr) {
+    free_.push_back({slot, DeviceView(slot)});
   } else {
     retired_.push_back({slot, event});
+    Reclaim();
   }
 }
 
+int32_t* StatusSlots::DeviceView(int32_t* host) const {
+  for (const Word& slab : slabs_) {
+    if (host >= slab.host && host < slab.host + kSlab) return slab.device + (host - slab.host);
+  }
+  return nullptr;  // not this pool's: never handed out again
+}
+
 void StatusSlots::Reclaim() {
-  for (auto it = retired_.begin(); it != retired_.end();) {
-    if (gpuEventQuery(it->second) == gpuErrorNotReady) {
-      ++it;
-      continue;
+  while (!retired_.empty()) {
+    const gpuError_t q = gpuEventQuery(retired_.front().second);
+    if (q == gpuErrorNotReady) break;
+    if (q == gpuSuccess) {
+      events_.push_back(retired_.front().second);
+    } else {
+      gpuGetLastError();  // not sticky; an event that failed its query is not handed out again
+      gpuEventDestroy(retired_.front().second);
     }
-    gpuEventDestroy(it->second);
-    free_.push_back(it->first);
-    it = retired_.erase(it);
+    free_.push_back({retired_.front().first, DeviceView(retired_.front().first)});
+    retired_.pop_front();
   }
 }
 

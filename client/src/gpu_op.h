@@ -5,6 +5,7 @@
 #define COLLECTIVED_CLIENT_SRC_GPU_OP_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,21 +23,36 @@ constexpr int32_t kSlotUnset = -1;  // a status slot the complete kernel has not
 // Host-mapped int32 words, one per op in flight: the complete kernel writes
 // the op's verdict into its handle's word. A word goes back to the pool only
 // when its handle is gone *and* its op finished, so no late write can land in
-// another op's word.
+// another op's word. The pool keeps the ops' events too: an eager op's
+// event creation, destruction and the word's device-pointer lookup were
+// driver calls on every op's host path (docs/latency.md, eager ops).
+// Every pool belongs to one device (events are per device).
 class StatusSlots {
  public:
   ~StatusSlots();
-  Status Take(int32_t** host, int32_t** device);
-  // `event` (may be null) marks when the device is done with the slot.
+  // A word (its host and device views) and, where `event` is given, an
+  // event of this device that no op uses (recorded by nothing yet or by a
+  // finished op).
+  Status Take(int32_t** host, int32_t** device, gpuEvent_t* event = nullptr);
+  // `event` (may be null) marks when the device is done with the slot; the
+  // pool takes it, to hand out again once it has fired.
   void Give(int32_t* slot, gpuEvent_t event);
 
  private:
   static constexpr uint32_t kSlab = 1024;
+  struct Word {
+    int32_t* host;
+    int32_t* device;
+  };
   void Reclaim();
+  int32_t* DeviceView(int32_t* host) const;  // of a word handed out
   std::mutex mu_;
-  std::vector<void*> slabs_;
-  std::vector<int32_t*> free_;
-  std::vector<std::pair<int32_t*, gpuEvent_t>> retired_;
+  std::vector<Word> slabs_;  // each slab's base, both views
+  std::vector<Word> free_;
+  std::vector<gpuEvent_t> events_;  // fired (or never recorded), free to hand out
+  // Given back before their ops finished, oldest first: a rank's ops finish
+  // in order, so the reclaim stops at the first still running.
+  std::deque<std::pair<int32_t*, gpuEvent_t>> retired_;
 };
 
 // An op's verdict word (a ring::DeviceError, or kSlotUnset) as a Status;

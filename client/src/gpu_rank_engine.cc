@@ -200,9 +200,12 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
   op->seg_keep = setup.seg_keep;
   op->timeout_ns = setup.seg.params().op_timeout_ns;
   op->slots = slots;
-  COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
   int32_t* slot_dev = nullptr;
-  if (!op->captured) COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev));
+  if (op->captured) {
+    COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
+  } else {
+    COLLECTIVED_RETURN_IF_ERROR(slots->Take(&op->status_slot, &slot_dev, &op->event));
+  }
   std::unique_lock<std::mutex> ordered(order->mu, std::defer_lock);
   if (!op->captured) {
     // One rank's ops share its index word and input slot, so they run one
