@@ -33,13 +33,16 @@
 //                    [-Y 0|1|2]         (eager only: the host waits for each op before the next, as a
 //                                        caller that synchronizes per op does: 1 the stream, 2 the op's
 //                                        handle, as the Python bench's loop does; through collectived)
+//                    [-H 0|1]           (eager only: a last column, host(us), the time per op the slowest
+//                                        process spent enqueueing its out-of-place ops, before its
+//                                        stream caught up: where eager time goes beside the GPU's)
 //                    [-P 0|1]           (in-process, single launch: complete a word per block as the client
 //                                        library's captured ops do, no verdict copy; docs/latency.md, the fifth cut)
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
 //                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
-//                                        count, 64 the start flag's release fence: with 2 only) and 32 the end
-//                                        barrier; docs/latency.md)
+//                                        count) and 32 the end barrier; 64 puts the start flag's release
+//                                        fence back (the eighth cut's before); docs/latency.md)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -121,6 +124,7 @@ struct Options {
   std::string key = "collective-bench";
   bool ceilings = false;  // -t ceilings: the memory ceilings only
   bool reference = false;  // -r 1: the plain one-shot reference beside each size
+  bool host_column = false;  // -H 1: eager ops' host enqueue time per op
 };
 
 // Across the processes of an MPI run; trivial in one process.
@@ -204,11 +208,15 @@ class Runner {
     } else {
       for (int i = 0; i < o_.iters; ++i) EnqueueEager(count, in_place);
     }
+    const double enqueued = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Check(ranks_->Sync(), "sync");
+    last_enqueue_s_ = group_.Max(enqueued) / (o_.graph > 0 ? static_cast<double>(o_.graph) * o_.iters : o_.iters);
     const double secs = group_.Max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (auto e : execs) gpuGraphExecDestroy(e);
     return secs / (o_.graph > 0 ? static_cast<double>(o_.graph) * o_.iters : o_.iters);
   }
+  // Of the last Time(): seconds per op the slowest process took to enqueue.
+  double last_enqueue_s() const { return last_enqueue_s_; }
 
  private:
   static Status Gpu(gpuError_t e) {
@@ -217,6 +225,7 @@ class Runner {
   const Options& o_;
   RankSet* ranks_;
   const Group& group_;
+  double last_enqueue_s_ = 0;
 };
 
 }  // namespace
@@ -225,7 +234,7 @@ constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
     "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
-    "         [-K blocks] [-P 0|1] [-S bits] [-Y 0|1|2]\n"
+    "         [-K blocks] [-P 0|1] [-S bits] [-Y 0|1|2] [-H 0|1]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -282,6 +291,7 @@ int main(int argc, char** argv) {
     else if (f == "-k") o.key = v;
     else if (f == "-m") o.daemon_executed = std::string(v) == "daemon";
     else if (f == "-r") o.reference = std::atoi(v) != 0;
+    else if (f == "-H") o.host_column = std::atoi(v) != 0;
     else {
       std::fprintf(stderr, "unknown option %s\n%s", f.c_str(), kUsage);
       return 2;
@@ -382,9 +392,9 @@ int main(int argc, char** argv) {
       "an all-gather's own chunk is not written); %% of the %.0f GB/s copy ceiling\n", kCopyCeilingGBs);
   if (reference) say("# ref: %s, timed the same way after each size; ratio = out-of-place time / ref\n",
                      reference->Describe().c_str());
-  say("#%13s %12s %8s %6s   %10s %8s %8s %6s %8s %5s   %10s %8s %8s %6s %8s %5s%s\n", "size", "count", "type", "redop",
+  say("#%13s %12s %8s %6s   %10s %8s %8s %6s %8s %5s   %10s %8s %8s %6s %8s %5s%s%s\n", "size", "count", "type", "redop",
       "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%", "time(us)", "algbw", "busbw", "#wrong", "ltbw", "%",
-      o.reference ? "    ref(us) #wrong  ratio" : "");
+      o.reference ? "    ref(us) #wrong  ratio" : "", o.host_column ? "   host(us)" : "");
   uint64_t total_wrong = 0;
   double bus_sum = 0;
   int rows = 0;
@@ -396,11 +406,11 @@ int main(int argc, char** argv) {
     const uint64_t size = o.spec.gather ? count * es * n : count * es;
     say("%14llu %12llu %8s %6s", (unsigned long long)size, (unsigned long long)count, DataTypeName(o.spec.dtype),
         o.spec.gather ? "none" : ReduceOpName(o.spec.op));
-    double out_of_place_t = 0;
+    double out_of_place_t = 0, out_of_place_host = 0;
     for (bool in_place : {false, true}) {
       const uint64_t wrong = o.check ? runner.Wrong(count, in_place) : 0;
       const double t = runner.Time(count, in_place);
-      if (!in_place) out_of_place_t = t;
+      if (!in_place) out_of_place_t = t, out_of_place_host = runner.last_enqueue_s();
       const double algbw = size / t / 1e9;
       const double busbw = algbw * (o.spec.gather ? (n - 1.0) / n : 2.0 * (n - 1) / n);
       // In place, an all-gather's own chunk is not written again (the kernels skip it).
@@ -423,6 +433,7 @@ int main(int argc, char** argv) {
       }
       group.Barrier();
     }
+    if (o.host_column) say("   %8.2f", out_of_place_host * 1e6);
     say("\n");
   }
   say("# Out of bounds values : %llu %s\n", (unsigned long long)total_wrong, total_wrong ? "FAILED" : "OK");
