@@ -13,7 +13,6 @@ namespace collectived {
 using gpu::DeviceGuard;
 
 StatusSlots::~StatusSlots() {
-  for (auto& r : retired_) gpuEventDestroy(r.second);
   for (gpuEvent_t e : events_) gpuEventDestroy(e);
   for (const Word& slab : slabs_) gpuFreeHost(slab.host);
 }
@@ -51,13 +50,13 @@ Status StatusSlots::Take(int32_t** host, int32_t** device, gpuEvent_t* event) {
   return Status::Ok();
 }
 
-void StatusSlots::Give(int32_t* slot, gpuEvent_t event) {
+void StatusSlots::Give(int32_t* slot, gpuEvent_t event, bool written_later) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (event == nullptr) {
-    free_.push_back({slot, DeviceView(slot)});
+  if (event != nullptr) events_.push_back(event);
+  if (written_later) {
+    retired_.push_back(slot);
   } else {
-    retired_.push_back({slot, event});
-    Reclaim();
+    free_.push_back({slot, DeviceView(slot)});
   }
 }
 
@@ -69,16 +68,8 @@ int32_t* StatusSlots::DeviceView(int32_t* host) const {
 }
 
 void StatusSlots::Reclaim() {
-  while (!retired_.empty()) {
-    const gpuError_t q = gpuEventQuery(retired_.front().second);
-    if (q == gpuErrorNotReady) break;
-    if (q == gpuSuccess) {
-      events_.push_back(retired_.front().second);
-    } else {
-      gpuGetLastError();  // not sticky; an event that failed its query is not handed out again
-      gpuEventDestroy(retired_.front().second);
-    }
-    free_.push_back({retired_.front().first, DeviceView(retired_.front().first)});
+  while (!retired_.empty() && *reinterpret_cast<volatile const int32_t*>(retired_.front()) != kSlotUnset) {
+    free_.push_back({retired_.front(), DeviceView(retired_.front())});
     retired_.pop_front();
   }
 }
@@ -109,7 +100,7 @@ Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeou
 
 GpuOpState::~GpuOpState() {
   if (status_slot != nullptr) {
-    slots->Give(status_slot, event);  // takes the event
+    slots->Give(status_slot, event, slot_written_later);  // takes the event
   } else if (event != nullptr) {
     gpuEventDestroy(event);
   }

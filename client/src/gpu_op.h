@@ -20,23 +20,29 @@ namespace collectived {
 
 constexpr int32_t kSlotUnset = -1;  // a status slot the complete kernel has not written yet
 
-// Host-mapped int32 words, one per op in flight: the complete kernel writes
-// the op's verdict into its handle's word. A word goes back to the pool only
-// when its handle is gone *and* its op finished, so no late write can land in
-// another op's word. The pool keeps the ops' events too: an eager op's
-// event creation, destruction and the word's device-pointer lookup were
-// driver calls on every op's host path (docs/latency.md, eager ops).
-// Every pool belongs to one device (events are per device).
+// Host-mapped int32 words, one per op in flight: the op's last launch (its
+// collective kernel, or the complete kernel) writes the op's verdict into
+// its handle's word, once. A word goes back to the pool only when its handle
+// is gone *and* that write has landed (the word no longer reads kSlotUnset),
+// so no late write can land in another op's word. The pool keeps the ops'
+// events too. Neither takes a driver call on an eager op's host path: an
+// event query costs 1.3 us with one process on the GPU and 5 us with eight
+// under MPS (tools/gpu-lab/launch_cost_probe.cu), which is what an eager op's
+// host time was made of (docs/latency.md, eager ops). Every pool belongs to
+// one device (events are per device).
 class StatusSlots {
  public:
   ~StatusSlots();
-  // A word (its host and device views) and, where `event` is given, an
-  // event of this device that no op uses (recorded by nothing yet or by a
-  // finished op).
+  // A word (its host and device views, reading kSlotUnset) and, where
+  // `event` is given, an event of this device no live op holds.
   Status Take(int32_t** host, int32_t** device, gpuEvent_t* event = nullptr);
-  // `event` (may be null) marks when the device is done with the slot; the
-  // pool takes it, to hand out again once it has fired.
-  void Give(int32_t* slot, gpuEvent_t event);
+  // The handle of the word's op is gone. `written_later`: a launch that
+  // writes the word was enqueued (the word is reused once it has been
+  // written); else nothing will write it and it is free now. `event` (may be
+  // null) goes back to the pool at once: a record overwrites an event's
+  // state, and waits enqueued before it keep the state they captured, so an
+  // event no handle holds may be recorded again before it fired.
+  void Give(int32_t* slot, gpuEvent_t event, bool written_later);
 
  private:
   static constexpr uint32_t kSlab = 1024;
@@ -49,10 +55,10 @@ class StatusSlots {
   std::mutex mu_;
   std::vector<Word> slabs_;  // each slab's base, both views
   std::vector<Word> free_;
-  std::vector<gpuEvent_t> events_;  // fired (or never recorded), free to hand out
-  // Given back before their ops finished, oldest first: a rank's ops finish
-  // in order, so the reclaim stops at the first still running.
-  std::deque<std::pair<int32_t*, gpuEvent_t>> retired_;
+  std::vector<gpuEvent_t> events_;  // held by no op
+  // Given back before their verdicts landed, oldest first: a rank's ops
+  // finish in order, so the reclaim stops at the first still unwritten.
+  std::deque<int32_t*> retired_;
 };
 
 // An op's verdict word (a ring::DeviceError, or kSlotUnset) as a Status;
@@ -64,6 +70,7 @@ struct GpuOpState {
   gpuEvent_t event = nullptr;
   bool captured = false;
   int32_t* status_slot = nullptr;  // host view; null for captured ops
+  bool slot_written_later = false;  // the launch that writes status_slot was enqueued
   std::shared_ptr<StatusSlots> slots;
   ring::CommSegment seg;
   std::shared_ptr<void> seg_keep;

@@ -239,6 +239,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
       completion.status_mirror = slot_dev;  // null for captured ops, as below
     }
     COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
+    if (in_kernel) op->slot_written_later = slot_dev != nullptr;  // the kernel's last block writes it
     const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
     if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
     if (copy_out && h.debug_delay_copyout_us > 0) {
@@ -256,6 +257,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
           ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
           nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
           trace()));
+      op->slot_written_later = slot_dev != nullptr;
       posted = false;
     }
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));
