@@ -75,9 +75,10 @@ constexpr uint32_t kDescriptorWords = 3;
 // without a release (docs/latency.md, the eighth cut), so a peer may see it
 // before the words: the tags tell it which of the words it read are this
 // op's, and it reads again until all are. Every op of a rank rewrites the
-// line of each block it runs (the communicator's fixed block count), so a
-// stale word carries the tag of an op at most a few ops old, never of one
-// 2^32 ops back.
+// line of each block it runs (the client library runs every op of a
+// communicator with its fixed block count), so a stale word carries the tag
+// of an op a few ops old, never of one 2^32 ops back, the one it could be
+// taken for.
 constexpr uint32_t kTaggedDescriptorWord = 1;
 constexpr uint32_t kTaggedDescriptorWords = 2 * kDescriptorWords;
 

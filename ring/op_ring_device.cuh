@@ -27,8 +27,10 @@ __device__ __forceinline__ void StoreRelease(uint64_t* p, uint64_t v) {
 
 // A strong store at system scope without the release's fence (on sm_90 a
 // release store is MEMBAR.ALL.SYS then the store, about 0.7 us on the H100:
-// docs/latency.md, the seventh cut). Only where a fence just before, in the
-// same thread, already ordered what it vouches for (StoreEndFlag, FinishOp).
+// docs/latency.md, the seventh cut). Where a fence just before, in the same
+// thread, already ordered what it vouches for (StoreEndFlag, FinishOp), and
+// for the start flag and its tagged words, which vouch for no write of the
+// kernel (Barrier).
 __device__ __forceinline__ void StoreRelaxed(uint64_t* p, uint64_t v) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
@@ -190,8 +192,9 @@ __device__ inline bool AwaitDescriptor(const DeviceOpArgs& a, const uint64_t* li
 }
 
 // Same-index blocks of every rank meet: thread t < world publishes (t == rank)
-// or waits for rank t's flag of this block and phase. Before it, every write of
-// this block is ordered (bar.sync, then the publisher's release store).
+// or waits for rank t's flag of this block and phase. Before the end flag,
+// every write of this block is ordered (bar.sync, then the publisher's
+// release); the start flag orders none (see below).
 // `abort_before_flag` (end barrier): see EndBarrier.
 __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t gen, bool abort_before_flag = false) {
   // The verdict is a __syncthreads_or, not a shared word: a shared word reset
@@ -203,8 +206,9 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
     const bool match = phase == 0 && a.match_descriptors && (a.bench_skip & kSkipDescriptorMatch) == 0;
     if (threadIdx.x == a.rank) {
       uint64_t* line = FlagLine(a, phase, a.rank);
-      // The words go out even where peers do not compare them (daemon-executed
-      // ops), so every op rewrites the line (AwaitDescriptor's tags).
+      // The words go out even where peers do not compare them
+      // (match_descriptors off), so every op rewrites the line
+      // (AwaitDescriptor's tags).
       const bool words = phase == 0 && (a.bench_skip & kSkipDescriptorMatch) == 0;
       const bool late_words = words && (a.bench_skip & kDelayDescriptorWords) != 0;
       if (words && !late_words) StoreDescriptor(a, line, gen);
@@ -214,12 +218,18 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       // which is what peers that acquire the end flag rely on. The start
       // flag is a strong store without a fence (the eighth cut,
       // docs/latency.md): peers read nothing this block wrote before it but
-      // the descriptor, whose tags make it exact without ordering; the input
-      // they then read was written by stream work before this kernel, which
-      // completed and flushed its writes to this device's memory before the
-      // kernel began (the kernel boundary), and peers read it there, after
-      // their acquire of the flag. The fence that stood here cost 1.0 us at
-      // 2 ranks and 2.1 at 8 (bench bit kBenchStartRelease puts it back).
+      // the descriptor, whose tags make it exact without ordering. What else
+      // the flag vouches for was done by stream work before this kernel,
+      // which completed and flushed its writes to this device's memory
+      // before the kernel began (the kernel boundary): the input peers read
+      // was written (a copy-in, the caller's kernels), and, where peers push
+      // into this rank's output (two-shot push, all-gather push), earlier
+      // reads of it are over (the previous op's copy-out) and earlier writes
+      // to it landed (a caller's memset). Peers read and write that memory
+      // where it lives, after their acquire of the flag (docs/proof.md,
+      // "What rests on the hardware's behaviour"). The fence that stood here
+      // cost 1.0 us at 2 ranks and 2.1 at 8 (bench bit kBenchStartRelease
+      // puts it back).
       // HIP keeps a fence before either flag: nothing has checked AMD's
       // model here.
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)

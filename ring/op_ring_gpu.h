@@ -96,7 +96,8 @@ constexpr uint32_t kSkipAbortChecks = 8;     // the abort word at op begin and b
 constexpr uint32_t kSkipCompletionCount = 16; // the last-block count: block 0 publishes done alone
 // 64: the start flag as a release store, as before the eighth cut
 // (docs/latency.md): not a part left out but one put back, to time what the
-// start flag's fence cost in the same run.
+// start flag's fence cost in the same run. (Benches built before the cut
+// read 64 the other way, as the release left out.)
 constexpr uint32_t kBenchStartRelease = 64;
 // Device tests only. 128: the start flag's writer stores the flag, waits
 // kDescriptorDelayNs, then stores the tagged descriptor words, so peers see

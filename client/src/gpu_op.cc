@@ -19,7 +19,8 @@ StatusSlots::~StatusSlots() {
 
 Status StatusSlots::Take(int32_t** host, int32_t** device, gpuEvent_t* event) {
   std::lock_guard<std::mutex> lock(mu_);
-  Reclaim();
+  Reclaim(false);
+  if (free_.empty()) Reclaim(true);
   if (free_.empty()) {
     void* slab = nullptr;
     COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(int32_t), gpuHostAllocMapped | gpuHostAllocPortable));
@@ -55,8 +56,8 @@ void StatusSlots::Give(int32_t* slot, gpuEvent_t event, bool written_later) {
   if (event != nullptr) events_.push_back(event);
   if (written_later) {
     retired_.push_back(slot);
-  } else {
-    free_.push_back({slot, DeviceView(slot)});
+  } else if (int32_t* device = DeviceView(slot); device != nullptr) {
+    free_.push_back({slot, device});
   }
 }
 
@@ -64,13 +65,28 @@ int32_t* StatusSlots::DeviceView(int32_t* host) const {
   for (const Word& slab : slabs_) {
     if (host >= slab.host && host < slab.host + kSlab) return slab.device + (host - slab.host);
   }
-  return nullptr;  // not this pool's: never handed out again
+  return nullptr;  // not this pool's
 }
 
-void StatusSlots::Reclaim() {
-  while (!retired_.empty() && *reinterpret_cast<volatile const int32_t*>(retired_.front()) != kSlotUnset) {
-    free_.push_back({retired_.front(), DeviceView(retired_.front())});
-    retired_.pop_front();
+void StatusSlots::Reclaim(bool all) {
+  auto written = [](const int32_t* w) { return *reinterpret_cast<volatile const int32_t*>(w) != kSlotUnset; };
+  auto release = [this](int32_t* w) {
+    if (int32_t* device = DeviceView(w); device != nullptr) free_.push_back({w, device});
+  };
+  if (!all) {
+    while (!retired_.empty() && written(retired_.front())) {
+      release(retired_.front());
+      retired_.pop_front();
+    }
+    return;
+  }
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (written(*it)) {
+      release(*it);
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 

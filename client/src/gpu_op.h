@@ -37,8 +37,9 @@ class StatusSlots {
   // `event` is given, an event of this device no live op holds.
   Status Take(int32_t** host, int32_t** device, gpuEvent_t* event = nullptr);
   // The handle of the word's op is gone. `written_later`: a launch that
-  // writes the word was enqueued (the word is reused once it has been
-  // written); else nothing will write it and it is free now. `event` (may be
+  // writes the word was enqueued, or may have been (the word is reused once
+  // it has been written; one that never is stays out of use, 4 bytes);
+  // else nothing will write it and it is free now. `event` (may be
   // null) goes back to the pool at once: a record overwrites an event's
   // state, and waits enqueued before it keep the state they captured, so an
   // event no handle holds may be recorded again before it fired.
@@ -50,14 +51,18 @@ class StatusSlots {
     int32_t* host;
     int32_t* device;
   };
-  void Reclaim();
+  // Words whose verdicts landed back to free_: from the oldest retired on,
+  // up to the first unwritten one; `all`: every written one.
+  void Reclaim(bool all);
   int32_t* DeviceView(int32_t* host) const;  // of a word handed out
   std::mutex mu_;
   std::vector<Word> slabs_;  // each slab's base, both views
   std::vector<Word> free_;
   std::vector<gpuEvent_t> events_;  // held by no op
-  // Given back before their verdicts landed, oldest first: a rank's ops
-  // finish in order, so the reclaim stops at the first still unwritten.
+  // Given back before their verdicts landed, in the order handles went:
+  // mostly the ops' order, so a reclaim stops at the first unwritten word,
+  // and only when no word is free looks at every one (a word that is never
+  // written would hold back those behind it).
   std::deque<int32_t*> retired_;
 };
 

@@ -238,8 +238,11 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
       completion.index_word = ring::GpuControlLayout::OpIndex(c, setup.rank);
       completion.status_mirror = slot_dev;  // null for captured ops, as below
     }
-    COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
+    // Set before the launch that writes the word: a launcher's error may be
+    // an earlier one left on the thread, its kernel enqueued all the same
+    // (a word taken back too early could get that kernel's verdict late).
     if (in_kernel) op->slot_written_later = slot_dev != nullptr;  // the kernel's last block writes it
+    COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
     const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
     if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
     if (copy_out && h.debug_delay_copyout_us > 0) {
@@ -253,11 +256,11 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
     // handles); its failure shows in every later eager op, the error word being sticky.
     // Daemon-executed: the daemon keeps `completed` itself.
     if (!in_kernel) {
+      op->slot_written_later = slot_dev != nullptr;  // before the launch, as above
       COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(
           ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
           nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
           trace()));
-      op->slot_written_later = slot_dev != nullptr;
       posted = false;
     }
     if (!event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));

@@ -7,7 +7,8 @@
 # once, and fewer blocks per rank (-K); then the same sizes through the
 # daemon (client-executed, zero copy), reference beside. With bin/collective-bench-old (a
 # build before a cut, packed by hand) the same runs of it come first, so
-# before and after share one run. Outputs under $OUT.
+# before and after share one run (a bench built before the eighth cut reads
+# -S 64 as the start flag's release left out, this one as put back). Outputs under $OUT.
 #   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none; RUN_S; PER_BLOCK)
 source "$(dirname "$0")/gpu_bundle_env.sh"
 # Each run is bounded (RUN_S): on 2026-12-05 (tenth session) one hung run
