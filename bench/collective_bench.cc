@@ -36,8 +36,9 @@
 //                    [-H 0|1]           (eager only: a last column, host(us), the time per op the slowest
 //                                        process spent enqueueing its out-of-place ops, before its
 //                                        stream caught up: where eager time goes beside the GPU's)
-//                    [-P 0|1]           (in-process, single launch: complete a word per block as the client
-//                                        library's captured ops do, no verdict copy; docs/latency.md, the fifth cut)
+//                    [-P 0|1|2]         (in-process, single launch: 1 completes a word per block as the client
+//                                        library's captured ops do, no verdict copy (docs/latency.md, the fifth
+//                                        cut); 2 as its eager zero-copy ops do, the generation copied (the ninth))
 //                    [-S bits]          (in-process, the latency breakdown only: parts of the op protocol
 //                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
@@ -116,7 +117,7 @@ struct Options {
   int blocks_per_sm = static_cast<int>(device::kResidentBlocksPerSm);  // -B (in-process)
   uint32_t blocks = 0;      // -K: blocks per rank (in-process; 0: from -B)
   uint32_t bench_skip = 0;  // -S: the latency breakdown's parts left out (in-process)
-  bool per_block = false;   // -P 1: block completion words (in-process)
+  int per_block = 0;        // -P 1|2: block completion words (in-process), 2 with the generation copied
   std::string socket;           // -D: through collectived
   int placement = 1;            // -z: bench::Placement
   bool mpi = false;             // -M: one rank per MPI process
@@ -234,7 +235,7 @@ constexpr char kUsage[] =
     "usage: collective-bench [-t all_reduce|all_gather|ceilings] [-g ranks] [-b 16M] [-e 1G] [-f 2]\n"
     "         [-n 20] [-w 5] [-d float32] [-o sum] [-c 1] [-G 0] [-a auto|oneshot|twoshot|fused]\n"
     "         [-p single|post] [-B 1] [-D socket] [-z 0|1|2] [-M 0|1] [-k key] [-m client|daemon] [-r 0|1]\n"
-    "         [-K blocks] [-P 0|1] [-S bits] [-Y 0|1|2] [-H 0|1]\n"
+    "         [-K blocks] [-P 0|1|2] [-S bits] [-Y 0|1|2] [-H 0|1]\n"
     "(the header of bench/collective_bench.cc says what each does)\n";
 
 int main(int argc, char** argv) {
@@ -276,7 +277,7 @@ int main(int argc, char** argv) {
     else if (f == "-B") o.blocks_per_sm = std::clamp(std::atoi(v), 1, 2);  // 2: experimental, see kResidentBlocksPerSm
     else if (f == "-K") o.blocks = static_cast<uint32_t>(std::atoi(v));
     else if (f == "-Y") o.sync_each = std::clamp(std::atoi(v), 0, 2);
-    else if (f == "-P") o.per_block = std::atoi(v) != 0;
+    else if (f == "-P") o.per_block = std::atoi(v);
     else if (f == "-S") o.bench_skip = static_cast<uint32_t>(std::strtoul(v, nullptr, 0));
     else if (f == "-D") o.socket = v;
     else if (f == "-z") {

@@ -22,12 +22,14 @@ class InProcessRanks : public RankSet {
     single_launch_ = single_launch;
     return Status::Ok();
   }
-  // Block completion words instead of done, and no verdict copy (the
-  // client library's captured ops); every op runs blocks_ blocks.
-  void SetPerBlockCompletion(bool on) {
-    vr_.SetPerBlockCompletion(on);
-    vr_.SetStatusMirror(!on);
-    per_block_ = on;
+  // 1: block completion words instead of done, and no verdict copy (the
+  // client library's captured ops); 2: and the generation copied (its eager
+  // zero-copy ops); every op runs blocks_ blocks.
+  void SetPerBlockCompletion(int mode) {
+    vr_.SetPerBlockCompletion(mode != 0);
+    vr_.SetStatusMirror(mode == 0);
+    vr_.SetGenMirror(mode == 2);
+    per_block_ = mode;
   }
   uint32_t world() const override { return vr_.world(); }
   const std::vector<uint32_t>& local() const override { return local_; }
@@ -60,7 +62,9 @@ class InProcessRanks : public RankSet {
     return "in-process baseline: " + std::to_string(vr_.world()) + " virtual ranks on one GPU, " +
            std::to_string(blocks_) + " blocks per rank, " + (single_launch_ ? "single launch" : "post/complete") +
            (bench_skip_ != 0 ? ", parts left out (-S) " + std::to_string(bench_skip_) : "") +
-           (per_block_ ? ", a completion word per block (-P 1)" : "");
+           (per_block_ == 1 ? ", a completion word per block (-P 1)"
+            : per_block_ == 2 ? ", a completion word per block, the generation copied (-P 2)"
+                              : "");
   }
 
  private:
@@ -69,13 +73,13 @@ class InProcessRanks : public RankSet {
   uint32_t blocks_ = 1;
   bool single_launch_ = true;
   uint32_t bench_skip_ = 0;
-  bool per_block_ = false;
+  int per_block_ = 0;
 };
 
 }  // namespace
 
 Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
-                          uint32_t blocks, uint32_t bench_skip, bool per_block, std::unique_ptr<RankSet>* out) {
+                          uint32_t blocks, uint32_t bench_skip, int per_block, std::unique_ptr<RankSet>* out) {
   auto r = std::make_unique<InProcessRanks>();
   COLLECTIVED_RETURN_IF_ERROR(r->Init(n, in_bytes, out_bytes, single_launch, blocks_per_sm, blocks, bench_skip));
   r->SetPerBlockCompletion(per_block);

@@ -46,10 +46,11 @@ class RankSet {
 // n virtual ranks on one GPU, no daemon. blocks_per_sm: see kResidentBlocksPerSm;
 // blocks (nonzero): that many blocks per rank instead. bench_skip: the
 // latency breakdown's parts left out (VirtualRanks::SetBenchSkip).
-// `per_block`: single-launch ops complete a word per block, with no verdict
-// copy, as the client library's captured ops do.
+// `per_block` 1: single-launch ops complete a word per block, with no verdict
+// copy, as the client library's captured ops do; 2: and store their
+// generation in a word as its eager zero-copy ops do (DeviceOpArgs::gen_mirror).
 Status MakeInProcessRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, bool single_launch, int blocks_per_sm,
-                          uint32_t blocks, uint32_t bench_skip, bool per_block, std::unique_ptr<RankSet>* out);
+                          uint32_t blocks, uint32_t bench_skip, int per_block, std::unique_ptr<RankSet>* out);
 // The yardstick (bench/reference_ranks.cu, collective-bench -r 1): n virtual
 // ranks on one GPU running a plain one-shot float32 sum, out of place.
 Status MakeReferenceRanks(uint32_t n, uint64_t in_bytes, uint64_t out_bytes, std::unique_ptr<RankSet>* out);

@@ -90,19 +90,31 @@ __device__ __forceinline__ uint64_t NowNs() {
 // A failure, recorded once per rank in host memory (DeviceOpArgs::rank_error):
 // a plain store, since atomics on host memory need PCIe atomics, which not
 // every platform has. Concurrent blocks may each store theirs; any one of
-// them says the op failed.
-__device__ inline void RecordRankError(int32_t* rank_error, int32_t code) {
-  if (rank_error == nullptr || code == 0) return;
-  volatile int32_t* w = rank_error;
-  if (*w == 0) {
-    *w = code;
+// them says the op failed. `op_gen` (nonzero in collective kernels): the
+// failed op's generation, kept in failed_gen unless a lower one is there.
+// Only one op of a rank runs at a time (its ops are stream-ordered), so the
+// racing stores carry one generation; a LaunchWait passes 0.
+__device__ inline void RecordRankError(const DeviceOpArgs& a, int32_t code, uint64_t op_gen) {
+  if (code == 0) return;
+  if (a.rank_error != nullptr) {
+    volatile int32_t* w = a.rank_error;
+    if (*w == 0) {
+      *w = code;
+      __threadfence_system();
+    }
+  }
+  if (a.failed_gen != nullptr && op_gen != 0) {
+    // After the code and its fence: a host that reads this reads the code.
+    volatile uint64_t* f = a.failed_gen;
+    const uint64_t was = *f;
+    if (was == 0 || op_gen < was) *f = op_gen;
     __threadfence_system();
   }
 }
 
-__device__ inline void RecordError(const DeviceOpArgs& a, int32_t code) {
+__device__ inline void RecordError(const DeviceOpArgs& a, int32_t code, uint64_t op_gen = 0) {
   atomicCAS_system(a.error_word, 0, code);  // ranks on several GPUs share the word
-  RecordRankError(a.rank_error, code);
+  RecordRankError(a, code, op_gen);
   if (code != kDeviceAborted) {
     __threadfence_system();
     StoreRelease(a.abort_word, 1);  // release every other spinner of this communicator
@@ -110,9 +122,10 @@ __device__ inline void RecordError(const DeviceOpArgs& a, int32_t code) {
 }
 
 // Spins until ready() (which loads what it waits for, an acquire among
-// them); false (error recorded) on abort or deadline.
+// them); false (error recorded, for op `op_gen` where nonzero) on abort or
+// deadline.
 template <typename Ready>
-__device__ inline bool SpinUntil(const DeviceOpArgs& a, Ready ready) {
+__device__ inline bool SpinUntil(const DeviceOpArgs& a, uint64_t op_gen, Ready ready) {
   if (a.bench_skip & kSkipDeadlinePoll) {
     while (!ready()) {
     }
@@ -123,11 +136,11 @@ __device__ inline bool SpinUntil(const DeviceOpArgs& a, Ready ready) {
   while (!ready()) {
     if ((++spins & 255) == 0) {
       if (LoadAcquire(a.abort_word) != 0) {
-        RecordError(a, kDeviceAborted);
+        RecordError(a, kDeviceAborted, op_gen);
         return false;
       }
       if (NowNs() > deadline) {
-        RecordError(a, kDeviceDeadline);
+        RecordError(a, kDeviceDeadline, op_gen);
         return false;
       }
     }
@@ -136,8 +149,9 @@ __device__ inline bool SpinUntil(const DeviceOpArgs& a, Ready ready) {
 }
 
 // Spins until *word >= target; false (error recorded) on abort or deadline.
-__device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, uint64_t target) {
-  return SpinUntil(a, [&] { return LoadAcquire(word) >= target; });
+__device__ inline bool SpinAtLeast(const DeviceOpArgs& a, const uint64_t* word, uint64_t target,
+                                   uint64_t op_gen = 0) {
+  return SpinUntil(a, op_gen, [&] { return LoadAcquire(word) >= target; });
 }
 
 // Rank `rank`'s flag of this block and `phase`: word 0 of a 128-byte line of
@@ -172,7 +186,7 @@ __device__ inline bool AwaitDescriptor(const DeviceOpArgs& a, const uint64_t* li
   const bool check_tags = (a.bench_skip & kIgnoreDescriptorTags) == 0;
   uint64_t w[kTaggedDescriptorWords];
   uint64_t flag = 0;
-  const bool arrived = SpinUntil(a, [&] {
+  const bool arrived = SpinUntil(a, gen, [&] {
     for (uint32_t k = 0; k < kTaggedDescriptorWords; ++k) w[k] = LoadRelaxed(line + kTaggedDescriptorWord + k);
     flag = LoadAcquire(line);
     if (flag != gen) return flag > gen;  // past gen: a mismatch, not a wait
@@ -187,7 +201,7 @@ __device__ inline bool AwaitDescriptor(const DeviceOpArgs& a, const uint64_t* li
   for (uint32_t k = 0; k < kDescriptorWords; ++k) {
     same &= (TaggedHalf(w[2 * k]) | uint64_t{TaggedHalf(w[2 * k + 1])} << 32) == a.desc[k];
   }
-  if (!same) RecordError(a, kDeviceMismatch);
+  if (!same) RecordError(a, kDeviceMismatch, gen);
   return same;
 }
 
@@ -242,7 +256,7 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       // or after its end flag (EndBarrier says which).
       const bool check_abort = phase == 1 && (a.bench_skip & kSkipAbortChecks) == 0;
       if (check_abort && abort_before_flag && LoadAcquire(a.abort_word) != 0) {
-        RecordError(a, kDeviceAborted);
+        RecordError(a, kDeviceAborted, gen);
         failed = 1;
       } else {
         if (phase == 1) {
@@ -265,7 +279,7 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
           }
         }
         if (check_abort && !abort_before_flag && LoadAcquire(a.abort_word) != 0) {
-          RecordError(a, kDeviceAborted);
+          RecordError(a, kDeviceAborted, gen);
           failed = 1;
         }
       }
@@ -274,7 +288,7 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       // (Not under the negative control that skips the end barrier: a peer
       // a whole op ahead would read as a mismatch, as with the row this
       // replaced.)
-      if (match ? !AwaitDescriptor(a, line, gen) : !SpinAtLeast(a, line, gen)) failed = 1;
+      if (match ? !AwaitDescriptor(a, line, gen) : !SpinAtLeast(a, line, gen, gen)) failed = 1;
     }
   }
   return __syncthreads_or(failed) == 0;
@@ -327,9 +341,12 @@ __device__ inline bool BeginOp(const DeviceOpArgs& a, uint64_t* gen_out) {
       gen = (done > mine ? done : mine) + 1;
     }
     live = (a.bench_skip & kSkipAbortChecks) != 0 || LoadAcquire(a.abort_word) == 0;
-    if (!live) RecordError(a, kDeviceAborted);
+    if (!live) RecordError(a, kDeviceAborted, gen);
     if (a.op_index == nullptr && blockIdx.x == 0) {
       if (a.index_word != nullptr) *a.index_word = gen - 1;
+      // The op's host word (an eager op's verdict, with failed_gen): a
+      // posted store, issued long before this thread's next fence.
+      if (a.gen_mirror != nullptr) *static_cast<volatile uint64_t*>(a.gen_mirror) = gen;
       // Words 0-2 of the entry were cleared when the op before completed
       // (ClearNextTraceEntry): clearing them here would race with other
       // blocks' atomicMax, which do not wait for this block.

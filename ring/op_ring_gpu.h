@@ -60,6 +60,14 @@ struct DeviceOpArgs {
   // `status_mirror` (host-mapped) before done, as LaunchComplete copies it.
   uint64_t* index_word = nullptr;
   int32_t* status_mirror = nullptr;
+  // Single-launch mode with block_done (optional, host-mapped): block 0
+  // stores the op's generation here when the op begins, instead of a last
+  // block copying the verdict to status_mirror after a count of finished
+  // blocks (docs/latency.md, the ninth cut). The host's verdict for the op,
+  // once the op's stream passed it: failed iff failed_gen != 0 and
+  // failed_gen <= the generation here (the rank's failures are monotone: a
+  // failed op aborts the communicator, and every later op fails at begin).
+  uint64_t* gen_mirror = nullptr;
   uint64_t* abort_word = nullptr;  // nonzero: every spin gives up
   int32_t* error_word = nullptr;   // first DeviceError of this communicator
   // Optional, host-mapped: this rank's own record of a failure. Every
@@ -67,6 +75,12 @@ struct DeviceOpArgs {
   // learns of a failed graph-replayed op (it has no verdict of its own)
   // without a GPU call (Communicator::AsyncError). Written on failure only.
   int32_t* rank_error = nullptr;
+  // Optional, host-mapped, zero until then: the lowest generation of an op
+  // of this rank that failed (collective kernels only; a LaunchWait's
+  // failure records rank_error alone, and the ops after it fail themselves).
+  // Stored after rank_error and a system fence: a host that reads it
+  // nonzero reads the code there too. With gen_mirror, the op's verdict.
+  uint64_t* failed_gen = nullptr;
   uint64_t timeout_ns = 0;         // per spin
   // Device-side matcher (optional): each block publishes desc[0..2]
   // (PackDeviceDescriptor) beside its start flag, in the flag's line (tagged

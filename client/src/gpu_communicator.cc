@@ -273,8 +273,8 @@ Status GpuCommunicator::LastOpError() const {
     last = engine_->order->last;
   }
   if (last && !last->captured && last->status_slot != nullptr) {
-    // The complete kernel writes the word once; until then it reads kSlotUnset.
-    const int32_t code = *reinterpret_cast<volatile const int32_t*>(last->status_slot);
+    // Written once; until then it reads kSlotUnset (GpuOpState::Code).
+    const int32_t code = last->Code();
     if (code != kSlotUnset && code != ring::kDeviceOk) return VerdictStatus(code, last->seg, last->timeout_ns);
   }
   const int32_t mine = *reinterpret_cast<volatile const int32_t*>(engine_->rank_error_host);

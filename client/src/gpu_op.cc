@@ -17,22 +17,22 @@ StatusSlots::~StatusSlots() {
   for (const Word& slab : slabs_) gpuFreeHost(slab.host);
 }
 
-Status StatusSlots::Take(int32_t** host, int32_t** device, gpuEvent_t* event) {
+Status StatusSlots::Take(uint64_t** host, uint64_t** device, gpuEvent_t* event) {
   std::lock_guard<std::mutex> lock(mu_);
   Reclaim(false);
   if (free_.empty()) Reclaim(true);
   if (free_.empty()) {
     void* slab = nullptr;
-    COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(int32_t), gpuHostAllocMapped | gpuHostAllocPortable));
+    COLLECTIVED_GPU_CHECK(gpuHostAlloc(&slab, kSlab * sizeof(uint64_t), gpuHostAllocMapped | gpuHostAllocPortable));
     void* dev = nullptr;
     const gpuError_t mapped = gpuHostGetDevicePointer(&dev, slab, 0);
     if (mapped != gpuSuccess) gpuFreeHost(slab);
     COLLECTIVED_GPU_CHECK(mapped);
-    slabs_.push_back({static_cast<int32_t*>(slab), static_cast<int32_t*>(dev)});
+    slabs_.push_back({static_cast<uint64_t*>(slab), static_cast<uint64_t*>(dev)});
     // The device view of a mapped allocation is one range: word i of the
     // slab is word i of its device view.
     for (uint32_t i = 0; i < kSlab; ++i) {
-      free_.push_back({static_cast<int32_t*>(slab) + i, static_cast<int32_t*>(dev) + i});
+      free_.push_back({static_cast<uint64_t*>(slab) + i, static_cast<uint64_t*>(dev) + i});
     }
   }
   if (event != nullptr) {
@@ -45,23 +45,23 @@ Status StatusSlots::Take(int32_t** host, int32_t** device, gpuEvent_t* event) {
   }
   const Word w = free_.back();
   free_.pop_back();
-  *reinterpret_cast<volatile int32_t*>(w.host) = kSlotUnset;
+  *reinterpret_cast<volatile uint64_t*>(w.host) = kWordUnset;
   *host = w.host;
   *device = w.device;
   return Status::Ok();
 }
 
-void StatusSlots::Give(int32_t* slot, gpuEvent_t event, bool written_later) {
+void StatusSlots::Give(uint64_t* slot, gpuEvent_t event, bool written_later) {
   std::lock_guard<std::mutex> lock(mu_);
   if (event != nullptr) events_.push_back(event);
   if (written_later) {
     retired_.push_back(slot);
-  } else if (int32_t* device = DeviceView(slot); device != nullptr) {
+  } else if (uint64_t* device = DeviceView(slot); device != nullptr) {
     free_.push_back({slot, device});
   }
 }
 
-int32_t* StatusSlots::DeviceView(int32_t* host) const {
+uint64_t* StatusSlots::DeviceView(uint64_t* host) const {
   for (const Word& slab : slabs_) {
     if (host >= slab.host && host < slab.host + kSlab) return slab.device + (host - slab.host);
   }
@@ -69,9 +69,11 @@ int32_t* StatusSlots::DeviceView(int32_t* host) const {
 }
 
 void StatusSlots::Reclaim(bool all) {
-  auto written = [](const int32_t* w) { return *reinterpret_cast<volatile const int32_t*>(w) != kSlotUnset; };
-  auto release = [this](int32_t* w) {
-    if (int32_t* device = DeviceView(w); device != nullptr) free_.push_back({w, device});
+  // A verdict written into the low half leaves the high half all ones: the
+  // word reads other than kWordUnset either way.
+  auto written = [](const uint64_t* w) { return *reinterpret_cast<volatile const uint64_t*>(w) != kWordUnset; };
+  auto release = [this](uint64_t* w) {
+    if (uint64_t* device = DeviceView(w); device != nullptr) free_.push_back({w, device});
   };
   if (!all) {
     while (!retired_.empty() && written(retired_.front())) {
@@ -114,6 +116,14 @@ Status VerdictStatus(int32_t code, const ring::CommSegment& seg, uint64_t timeou
   }
 }
 
+int32_t GenVerdict(uint64_t gen_word, uint64_t failed_gen, int32_t rank_error) {
+  if (gen_word == kWordUnset) return kSlotUnset;
+  if (failed_gen == 0 || failed_gen > gen_word) return ring::kDeviceOk;
+  // The kernel stores the code before failed_gen, with a system fence
+  // between: a code of 0 here would be a broken record, not a success.
+  return rank_error != ring::kDeviceOk ? rank_error : ring::kDeviceAborted;
+}
+
 GpuOpState::~GpuOpState() {
   if (status_slot != nullptr) {
     slots->Give(status_slot, event, slot_written_later);  // takes the event
@@ -122,11 +132,18 @@ GpuOpState::~GpuOpState() {
   }
 }
 
-Status GpuOpState::Verdict() const {
-  if (captured) return Status::Ok();
-  const int32_t code = *reinterpret_cast<volatile const int32_t*>(status_slot);
-  return VerdictStatus(code, seg, timeout_ns);
+int32_t GpuOpState::Code() const {
+  if (captured || status_slot == nullptr) return ring::kDeviceOk;
+  if (failed_gen == nullptr) return *reinterpret_cast<volatile const int32_t*>(status_slot);  // the low half
+  // Read once the op ran (its event fired): its kernel's stores, the
+  // generation at begin and any failure after, have landed. Read earlier
+  // (LastOpError), a written generation says nothing of the op's end.
+  const uint64_t gen = *reinterpret_cast<volatile const uint64_t*>(status_slot);
+  const uint64_t failed = *reinterpret_cast<volatile const uint64_t*>(failed_gen);
+  return GenVerdict(gen, failed, *reinterpret_cast<volatile const int32_t*>(rank_error));
 }
+
+Status GpuOpState::Verdict() const { return VerdictStatus(Code(), seg, timeout_ns); }
 
 Status WaitFired(gpuEvent_t event, int64_t timeout_ms, const std::string& what_if_not) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

@@ -70,17 +70,57 @@ TEST(GpuOpVerdictTest, AnAbortedOpGivesTheSegmentsReasonWhenThereIsOne) {
   EXPECT_EQ(s.message(), "communicator aborted: rank 1 left");
 }
 
-// What the complete kernel wrote into the op's host word is its verdict.
+// What the complete kernel wrote into the op's host word (its low half, as
+// the kernel stores an int32 there) is its verdict.
 TEST(GpuOpVerdictTest, AnOpsVerdictIsReadFromItsHostWord) {
   HostSegment h;
-  int32_t word = ring::kDeviceMismatch;
+  uint64_t word = kWordUnset;
   GpuOpState op;
   op.seg = h.seg;
   op.status_slot = &word;
+  EXPECT_EQ(op.Code(), kSlotUnset);
+  EXPECT_EQ(op.Verdict().code(), StatusCode::kInternal);  // nothing recorded is not a success
+  const int32_t mismatch = ring::kDeviceMismatch, ok = ring::kDeviceOk;
+  std::memcpy(&word, &mismatch, sizeof(mismatch));
   EXPECT_EQ(op.Verdict().code(), StatusCode::kInvalidArgument);
-  word = ring::kDeviceOk;
+  std::memcpy(&word, &ok, sizeof(ok));
+  EXPECT_NE(word, kWordUnset);  // what the pool takes for written
   EXPECT_TRUE(op.Verdict().ok());
   op.status_slot = nullptr;  // not from a StatusSlots pool: nothing to give back
+}
+
+// An eager single-launch op's word holds its generation; its verdict is the
+// rank's failure record: failed exactly when an op of its generation or an
+// earlier one failed. Each case differs from an OK one by one word.
+TEST(GpuOpVerdictTest, AGenerationWordIsJudgedByTheRanksFirstFailedOp) {
+  EXPECT_EQ(GenVerdict(kWordUnset, 0, ring::kDeviceOk), kSlotUnset);
+  EXPECT_EQ(GenVerdict(kWordUnset, 3, ring::kDeviceDeadline), kSlotUnset);
+  EXPECT_EQ(GenVerdict(7, 0, ring::kDeviceOk), ring::kDeviceOk);          // nothing failed
+  EXPECT_EQ(GenVerdict(7, 8, ring::kDeviceDeadline), ring::kDeviceOk);    // a later op failed
+  EXPECT_EQ(GenVerdict(7, 7, ring::kDeviceDeadline), ring::kDeviceDeadline);  // this one
+  EXPECT_EQ(GenVerdict(7, 2, ring::kDeviceMismatch), ring::kDeviceMismatch);  // an earlier one
+  EXPECT_EQ(GenVerdict(uint64_t{1} << 40, (uint64_t{1} << 40) + 1, ring::kDeviceDeadline), ring::kDeviceOk);
+  EXPECT_EQ(GenVerdict((uint64_t{1} << 40) + 1, uint64_t{1} << 40, ring::kDeviceDeadline), ring::kDeviceDeadline);
+  // A failure without its code (never stored so) still fails the op.
+  EXPECT_EQ(GenVerdict(7, 7, ring::kDeviceOk), ring::kDeviceAborted);
+
+  HostSegment h;
+  uint64_t word = 5, failed = 0;
+  int32_t code = ring::kDeviceOk;
+  GpuOpState op;
+  op.seg = h.seg;
+  op.status_slot = &word;
+  op.failed_gen = &failed;
+  op.rank_error = &code;
+  EXPECT_TRUE(op.Verdict().ok());
+  code = ring::kDeviceDeadline;
+  failed = 6;
+  EXPECT_TRUE(op.Verdict().ok());
+  failed = 5;
+  EXPECT_EQ(op.Verdict().code(), StatusCode::kDeadlineExceeded);
+  word = kWordUnset;
+  EXPECT_EQ(op.Verdict().code(), StatusCode::kInternal);
+  op.status_slot = nullptr;
 }
 
 // A captured op has no event of its own to wait for on the host (a graph

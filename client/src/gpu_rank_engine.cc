@@ -58,8 +58,13 @@ Status GpuRankEngine::Map(GpuCommSetup setup, const FetchFd& fetch, std::unique_
   }
   engine->abort_word = ring::GpuControlLayout::Abort(engine->control->device_ptr());
   // Kept for the engine's life (the slab goes with the slots, after every op).
-  COLLECTIVED_RETURN_IF_ERROR(engine->slots->Take(&engine->rank_error_host, &engine->rank_error));
-  *reinterpret_cast<volatile int32_t*>(engine->rank_error_host) = ring::kDeviceOk;
+  uint64_t *error_host = nullptr, *error_dev = nullptr;
+  COLLECTIVED_RETURN_IF_ERROR(engine->slots->Take(&error_host, &error_dev));
+  *reinterpret_cast<volatile uint64_t*>(error_host) = 0;  // kDeviceOk in the low half, which the kernels write
+  engine->rank_error_host = reinterpret_cast<int32_t*>(error_host);
+  engine->rank_error = reinterpret_cast<int32_t*>(error_dev);
+  COLLECTIVED_RETURN_IF_ERROR(engine->slots->Take(&engine->failed_gen_host, &engine->failed_gen));
+  *reinterpret_cast<volatile uint64_t*>(engine->failed_gen_host) = 0;
   *out = std::move(engine);
   return Status::Ok();
 }
@@ -143,6 +148,7 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.abort_word = abort_word;
   a.error_word = ring::GpuControlLayout::Error(c);
   a.rank_error = rank_error;
+  a.failed_gen = failed_gen;
   a.timeout_ns = setup.seg.params().op_timeout_ns;
   a.match_descriptors = true;
   a.trace = trace();
@@ -200,7 +206,7 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
   op->seg_keep = setup.seg_keep;
   op->timeout_ns = setup.seg.params().op_timeout_ns;
   op->slots = slots;
-  int32_t* slot_dev = nullptr;
+  uint64_t* slot_dev = nullptr;
   if (op->captured) {
     COLLECTIVED_GPU_CHECK(gpuEventCreateWithFlags(&op->event, gpuEventDisableTiming));
   } else {
@@ -236,12 +242,20 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
     if (in_kernel) {
       completion.in_kernel = true;
       completion.index_word = ring::GpuControlLayout::OpIndex(c, setup.rank);
-      completion.status_mirror = slot_dev;  // null for captured ops, as below
+      // The kernel's block 0 stores the op's generation in the word; the
+      // verdict is then the rank's failure record (GenVerdict): no last
+      // block counts the others to copy a verdict (docs/latency.md, the
+      // ninth cut). Null for captured ops, as below.
+      completion.gen_mirror = slot_dev;
+      if (slot_dev != nullptr) {
+        op->failed_gen = failed_gen_host;
+        op->rank_error = rank_error_host;
+      }
     }
     // Set before the launch that writes the word: a launcher's error may be
     // an earlier one left on the thread, its kernel enqueued all the same
-    // (a word taken back too early could get that kernel's verdict late).
-    if (in_kernel) op->slot_written_later = slot_dev != nullptr;  // the kernel's last block writes it
+    // (a word taken back too early could get that kernel's write late).
+    if (in_kernel) op->slot_written_later = slot_dev != nullptr;  // the kernel's block 0 writes it
     COLLECTIVED_RETURN_IF_ERROR(kernel(completion));
     const bool event_early = (h.unsafe_flags & ring::kUnsafeEventBeforeEpilogue) != 0;
     if (event_early) COLLECTIVED_GPU_CHECK(gpuEventRecord(op->event, stream));  // seed bug 1, on purpose
@@ -259,7 +273,8 @@ Status GpuRankEngine::Enqueue(gpuStream_t stream, const Plan& plan, const std::f
       op->slot_written_later = slot_dev != nullptr;  // before the launch, as above
       COLLECTIVED_RETURN_IF_ERROR(ring::LaunchComplete(
           ring::GpuControlLayout::OpIndex(c, setup.rank), ring::GpuControlLayout::Done(c, setup.rank), stream,
-          nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c), slot_dev,
+          nullptr, op->captured ? nullptr : ring::GpuControlLayout::Error(c),
+          reinterpret_cast<int32_t*>(slot_dev),  // the verdict, in the word's low half
           trace()));
       posted = false;
     }

@@ -34,10 +34,13 @@ class GpuRankEngine {
   std::unique_ptr<ipc::GpuWindow> control;
   std::vector<std::shared_ptr<ipc::GpuWindow>> ranks;  // shared: heap buffers keep theirs mapped
   uint64_t* abort_word = nullptr;  // in the control window (device memory)
-  // This rank's failure record (ring::DeviceOpArgs::rank_error): device view
-  // and host view of one host-mapped word; kDeviceOk until a kernel fails.
+  // This rank's failure record (ring::DeviceOpArgs::rank_error, failed_gen):
+  // device and host views of host-mapped words; kDeviceOk and 0 until a
+  // kernel fails.
   int32_t* rank_error = nullptr;
   int32_t* rank_error_host = nullptr;
+  uint64_t* failed_gen = nullptr;
+  uint64_t* failed_gen_host = nullptr;
   uint32_t blocks = 1;
   std::shared_ptr<StatusSlots> slots = std::make_shared<StatusSlots>();
   std::shared_ptr<SymmetricHeap> heap;
@@ -89,13 +92,13 @@ class GpuRankEngine {
   struct KernelCompletion {
     bool in_kernel = false;  // single-launch: the kernel posts and completes the op itself
     uint64_t* index_word = nullptr;
-    int32_t* status_mirror = nullptr;
+    uint64_t* gen_mirror = nullptr;  // an eager op's word (DeviceOpArgs::gen_mirror)
     // The launcher's arguments for this completion.
     void ApplyTo(device::DeviceRankArgs* a) const {
       if (!in_kernel) return;
       a->op_index = nullptr;
       a->index_word = index_word;
-      a->status_mirror = status_mirror;
+      a->gen_mirror = gen_mirror;
     }
   };
 

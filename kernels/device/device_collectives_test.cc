@@ -172,24 +172,30 @@ TEST(DeviceCollectivesTest, MissingRankEndsInDeadlineNotHang) {
 // kernel to run after a failure: the op kernel itself must complete the failed
 // op (done, index, verdict), or waiters and the host verdict would see nothing.
 // Also with a completion word per block (as the client library runs), with
-// the verdict copied (eager) and without (captured).
+// the verdict copied, without (captured), and with the generation copied
+// instead (eager zero-copy ops: the verdict is the rank's failure record).
 TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
   REQUIRE_GPU();
   const uint32_t blocks = 4;
-  for (int mode = 0; mode < 3; ++mode) {
-    const bool per_block = mode > 0, mirror = mode < 2;
-    SCOPED_TRACE(!per_block ? "done" : mirror ? "block words, verdict copied" : "block words, no verdict copy");
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool per_block = mode > 0, mirror = mode < 2, gen_mirror = mode == 3;
+    SCOPED_TRACE(!per_block ? "done"
+                 : mirror   ? "block words, verdict copied"
+                 : gen_mirror ? "block words, generation copied"
+                              : "block words, no verdict copy");
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(2, 4096, 4096, /*timeout_ns=*/50'000'000).ok());
     vr.SetSingleLaunch(true);
     vr.SetPerBlockCompletion(per_block);
     vr.SetStatusMirror(mirror);
+    vr.SetGenMirror(gen_mirror);
     static const int32_t unset = -1;  // poison: neither a verdict nor an index
     static const uint64_t no_index = ~uint64_t{0};
     // Only rank 0 launches; rank 1 never arrives.
     for (uint64_t op = 1; op <= 2; ++op) {
       ASSERT_EQ(gpuMemcpy(vr.status_mirror(0), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
       ASSERT_EQ(gpuMemcpy(vr.op_index(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
+      ASSERT_EQ(gpuMemcpy(vr.gen_mirror(0), &no_index, sizeof(no_index), gpuMemcpyHostToDevice), gpuSuccess);
       const auto t0 = std::chrono::steady_clock::now();
       ASSERT_TRUE(LaunchAllGather(DataType::kFloat32, vr.Args(0, 64, false), blocks, vr.stream(0)).ok());
       ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
@@ -202,10 +208,67 @@ TEST(DeviceCollectivesTest, SingleLaunchCompletesAFailedOpWithItsVerdict) {
       // The first op ran into its deadline; the second found the communicator
       // aborted. The verdict is the error word, which keeps the first error.
       EXPECT_EQ(vr.Word32(vr.status_mirror(0)), mirror ? kDeviceDeadline : unset) << "op " << op;
+      EXPECT_EQ(vr.Word(vr.gen_mirror(0)), gen_mirror ? op : no_index) << "op " << op;
+      // The rank's record keeps the first failed op: the second failed
+      // after it (GenVerdict: failed, as failed_gen <= 2).
+      EXPECT_EQ(vr.Word(vr.failed_gen(0)), 1u) << "op " << op;
+      EXPECT_EQ(vr.Word32(vr.rank_error(0)), kDeviceDeadline) << "op " << op;
     }
     EXPECT_EQ(vr.Error(), kDeviceDeadline);
     EXPECT_EQ(vr.Word(vr.abort_word()), 1u);
   }
+}
+
+// Eager zero-copy ops as the client library runs them (block words, the
+// generation copied): ops that succeed leave the rank's failure record empty
+// and their generation in their word; a later failure records its own
+// generation, not an earlier op's, so those earlier ops stay OK
+// (GenVerdict). Then the peer fails its next op the same way: each rank's
+// record names its own first failed op.
+TEST(DeviceCollectivesTest, EagerOpsCarryTheirGenerationAndFailuresTheirOwn) {
+  REQUIRE_GPU();
+  const uint32_t n = 2, blocks = 4;
+  const uint64_t count = 1000;
+  VirtualRanks vr;
+  ASSERT_TRUE(vr.Init(n, count * 4, count * 4, /*timeout_ns=*/50'000'000).ok());
+  vr.SetSingleLaunch(true);
+  vr.SetPerBlockCompletion(true);
+  vr.SetGenMirror(true);
+  static const uint64_t unset = ~uint64_t{0};
+  for (uint64_t op = 1; op <= 3; ++op) {
+    for (uint32_t r = 0; r < n; ++r) {
+      ASSERT_EQ(gpuMemcpy(vr.gen_mirror(r), &unset, sizeof(unset), gpuMemcpyHostToDevice), gpuSuccess);
+    }
+    ASSERT_TRUE(vr.Prepare(DataType::kInt32, ReduceOp::kSum, false, op, count, false).ok());
+    ASSERT_TRUE(vr.AllReduce(DataType::kInt32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, blocks).ok());
+    ASSERT_TRUE(vr.Sync().ok());
+    EXPECT_EQ(vr.Wrong(DataType::kInt32, ReduceOp::kSum, false, op, count), 0u) << "op " << op;
+    for (uint32_t r = 0; r < n; ++r) {
+      EXPECT_EQ(vr.Word(vr.gen_mirror(r)), op) << "rank " << r;
+      EXPECT_EQ(vr.Word(vr.failed_gen(r)), 0u) << "rank " << r;
+      EXPECT_EQ(vr.Word32(vr.rank_error(r)), kDeviceOk) << "rank " << r;
+      EXPECT_EQ(vr.Completed(r, blocks), op) << "rank " << r;
+    }
+  }
+  // Op 4: rank 0 alone; it runs into its deadline.
+  ASSERT_TRUE(vr.AllReduceOn(0, DataType::kInt32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, blocks).ok());
+  ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
+  EXPECT_EQ(vr.Word(vr.gen_mirror(0)), 4u);
+  EXPECT_EQ(vr.Word(vr.failed_gen(0)), 4u);
+  EXPECT_EQ(vr.Word32(vr.rank_error(0)), kDeviceDeadline);
+  EXPECT_EQ(vr.Word(vr.failed_gen(1)), 0u);  // rank 1 ran nothing since
+  // Rank 1's op 4 finds the communicator aborted at its begin.
+  ASSERT_TRUE(vr.AllReduceOn(1, DataType::kInt32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, blocks).ok());
+  ASSERT_EQ(gpuStreamSynchronize(vr.stream(1)), gpuSuccess);
+  EXPECT_EQ(vr.Word(vr.gen_mirror(1)), 4u);
+  EXPECT_EQ(vr.Word(vr.failed_gen(1)), 4u);
+  EXPECT_EQ(vr.Word32(vr.rank_error(1)), kDeviceAborted);
+  // Rank 0's op 5 fails too; its record keeps op 4.
+  ASSERT_TRUE(vr.AllReduceOn(0, DataType::kInt32, ReduceOp::kSum, DeviceAlgorithm::kOneShot, count, false, blocks).ok());
+  ASSERT_EQ(gpuStreamSynchronize(vr.stream(0)), gpuSuccess);
+  EXPECT_EQ(vr.Word(vr.gen_mirror(0)), 5u);
+  EXPECT_EQ(vr.Word(vr.failed_gen(0)), 4u);
+  EXPECT_EQ(vr.Word32(vr.rank_error(0)), kDeviceDeadline);
 }
 
 // The op trace of single-launch ops, past the kTraceDepth entries it keeps:

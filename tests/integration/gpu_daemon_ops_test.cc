@@ -249,6 +249,46 @@ TEST(GpuDaemonTest, RanksThatDisagreeFailFastOnEveryRank) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
+// Zero-copy eager ops complete a word per block and carry their generation
+// to the host, not a verdict: the verdict is the rank's failure record
+// (GpuOpState::Code, GenVerdict). An op that ran before a failure stays OK
+// though waited on after it (its result exact); the op that failed and every
+// op after it fail, on every rank, with the first failure's reason.
+TEST(GpuDaemonTest, ZeroCopyEagerVerdictsFollowTheRanksFirstFailure) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  const uint32_t n = 2;
+  const uint64_t count = 1000;
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "eager-verdicts", n, 0).ok());
+  Buffers b;
+  ASSERT_TRUE(b.Init(ranks, /*zero_copy=*/true, 1 << 16, 1 << 16).ok());
+  auto all_reduce = [&](uint32_t r, uint64_t c, Handle* h) {
+    return ranks.comms[r]->AllReduce(b.send[r], b.recv[r], c, DataType::kInt32, ReduceOp::kSum, ranks.streams[r], h);
+  };
+  for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kInt32, ReduceOp::kSum, false, n, r, 17, count, b.send[r], b.recv[r]);
+  std::vector<Handle> before(n), failed(n), after(n);
+  for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(all_reduce(r, count, &before[r]).ok());
+  // The ranks disagree on the count: the device-side matcher fails the op
+  // in its start barrier, before any data moves.
+  for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(all_reduce(r, count + r, &failed[r]).ok());
+  for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(all_reduce(r, count, &after[r]).ok());
+  for (uint32_t r = 0; r < n; ++r) {  // waited on last to first: each reads the record as it ends
+    Status s = after[r].Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "after, rank " << r << ": " << s.ToString();
+    s = failed[r].Wait();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "failed, rank " << r << ": " << s.ToString();
+    EXPECT_NE(s.message().find("different ops"), std::string::npos) << s.message();
+    s = before[r].Wait();
+    EXPECT_TRUE(s.ok()) << "before, rank " << r << ": " << s.ToString();
+    auto out = Download(b.recv[r], count * 4);
+    EXPECT_EQ(testing::CountWrongAllReduce(DataType::kInt32, ReduceOp::kSum, n, 17, out.data(), count), 0u)
+        << "rank " << r;
+    EXPECT_EQ(ranks.comms[r]->AsyncError().code(), StatusCode::kInvalidArgument) << "rank " << r;
+  }
+}
+
 TEST(GpuDaemonTest, BadInputGetsSpecificErrors) {
   REQUIRE_GPU();
   Daemon d(DaemonFlags());

@@ -25,6 +25,13 @@ class VirtualRanks {
     const uint64_t words = ring::kFlagWords + 8 * 64 + uint64_t{ring::kMaxDeviceRanks} * ring::kMaxBlocks;
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
+    void* mapped = nullptr;
+    COLLECTIVED_GPU_CHECK(gpuHostAlloc(&mapped, world * 4 * 8, gpuHostAllocMapped));
+    std::memset(mapped, 0, world * 4 * 8);
+    host_alloc_ = mapped;
+    void* dev = nullptr;
+    COLLECTIVED_GPU_CHECK(gpuHostGetDevicePointer(&dev, mapped, 0));
+    host_words_ = static_cast<uint64_t*>(dev);
     streams_.resize(world);
     in_.resize(world);
     out_.resize(world);
@@ -40,6 +47,7 @@ class VirtualRanks {
     for (auto p : in_) gpuFree(p);
     for (auto p : out_) gpuFree(p);
     if (words_) gpuFree(words_);
+    if (host_alloc_) gpuFreeHost(host_alloc_);
   }
 
   uint32_t world() const { return world_; }
@@ -54,6 +62,13 @@ class VirtualRanks {
   uint32_t* finished(uint32_t r) const { return reinterpret_cast<uint32_t*>(words_ + ring::kFlagWords + r * 8 + 3); }
   // Single-launch mode: the verdict the kernel copies from the error word when it completes an op.
   int32_t* status_mirror(uint32_t r) const { return reinterpret_cast<int32_t*>(words_ + ring::kFlagWords + r * 8 + 4); }
+  // Host-mapped, as the client library keeps them (device views): rank r's
+  // failure record (DeviceOpArgs::failed_gen, rank_error; every op records
+  // into it) and, in gen-mirror mode, the word each op's block 0 stores its
+  // generation in (DeviceOpArgs::gen_mirror).
+  uint64_t* gen_mirror(uint32_t r) const { return host_words_ + r * 4; }
+  uint64_t* failed_gen(uint32_t r) const { return host_words_ + r * 4 + 1; }
+  int32_t* rank_error(uint32_t r) const { return reinterpret_cast<int32_t*>(host_words_ + r * 4 + 2); }
   uint64_t* abort_word() const { return words_ + ring::kFlagWords + 8 * 60; }
   // Rank r's block completion words (DeviceOpArgs::block_done), after the above.
   uint64_t* block_done(uint32_t r) const { return words_ + ring::kFlagWords + 8 * 64 + r * ring::kMaxBlocks; }
@@ -63,6 +78,9 @@ class VirtualRanks {
   // Single launch: whether the kernel copies its verdict to status_mirror
   // (eager ops of the client library do; captured ones do not).
   void SetStatusMirror(bool on) { status_mirror_on_ = on; }
+  // Single launch: the op's generation to gen_mirror instead of its
+  // verdict to status_mirror (the client library's eager zero-copy ops).
+  void SetGenMirror(bool on) { gen_mirror_on_ = on; }
   // Ops of rank r completed, as a reader of the window counts them
   // (ring::CompletedOps over `blocks` block words).
   uint64_t Completed(uint32_t r, uint32_t blocks) const {
@@ -96,7 +114,10 @@ class VirtualRanks {
     a.flags = flags();
     a.op_index = single_launch_ ? nullptr : op_index(rank);
     a.index_word = single_launch_ ? op_index(rank) : nullptr;  // as the client library passes them
-    a.status_mirror = single_launch_ && status_mirror_on_ ? status_mirror(rank) : nullptr;
+    a.status_mirror = single_launch_ && status_mirror_on_ && !gen_mirror_on_ ? status_mirror(rank) : nullptr;
+    a.gen_mirror = single_launch_ && gen_mirror_on_ ? gen_mirror(rank) : nullptr;
+    a.failed_gen = failed_gen(rank);
+    a.rank_error = rank_error(rank);
     a.block_done = per_block_ ? block_done(rank) : nullptr;
     a.done = done(rank);
     a.finished = finished(rank);
@@ -205,12 +226,15 @@ class VirtualRanks {
   bool single_launch_ = false;
   bool per_block_ = false;
   bool status_mirror_on_ = true;
+  bool gen_mirror_on_ = false;
   bool gather_pull_ = false;
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
   uint64_t timeout_ns_ = 0;
   uint32_t bench_skip_ = 0;
   uint64_t* words_ = nullptr;
+  void* host_alloc_ = nullptr;       // the host-mapped words (host view)
+  uint64_t* host_words_ = nullptr;   // and their device view
   std::vector<gpuStream_t> streams_;
   std::vector<void*> in_, out_;
 };

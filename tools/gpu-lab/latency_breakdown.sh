@@ -9,7 +9,7 @@
 # build before a cut, packed by hand) the same runs of it come first, so
 # before and after share one run (a bench built before the eighth cut reads
 # -S 64 as the start flag's release left out, this one as put back). Outputs under $OUT.
-#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none; RUN_S; PER_BLOCK)
+#   bash gpu-bundle/latency_breakdown.sh     (env: ROUNDS, RANKS, SKIPS, BLOCKS; SKIPS= or BLOCKS= for none; RUN_S; PER_BLOCK; EAGER)
 source "$(dirname "$0")/gpu_bundle_env.sh"
 # Each run is bounded (RUN_S): on 2026-12-05 (tenth session) one hung run
 # took a whole device call with it. stdbuf: a killed run still shows its rows.
@@ -58,6 +58,17 @@ bins=bin/collective-bench
         # no verdict copy (the fifth cut, docs/latency.md).
         echo "## round $round, $g ranks, $b: full protocol, block completion words (-P 1)"
         bench "$b" -g "$g" -P 1
+        # As its eager zero-copy ops complete since the ninth cut: a word per
+        # block, the generation copied to host memory (-P 2); EAGER=1 also
+        # times them eager (-G 0) beside the full protocol's verdict copy.
+        echo "## round $round, $g ranks, $b: block completion words, generation copied (-P 2)"
+        bench "$b" -g "$g" -P 2
+        if [ -n "${EAGER:-}" ]; then
+          for p in 0 2; do
+            echo "## round $round, $g ranks, $b: eager (-G 0), -P $p"
+            bench "$b" -g "$g" -G 0 -P "$p"
+          done
+        fi
         # PER_BLOCK=1: the parts left out of the -P 1 protocol instead.
         for s in ${SKIPS-1 2 4 8 16 32 63}; do
           echo "## round $round, $g ranks, $b: -S $s${PER_BLOCK:+ -P 1}"
