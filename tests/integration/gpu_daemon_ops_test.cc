@@ -261,9 +261,10 @@ TEST(GpuDaemonTest, ZeroCopyEagerVerdictsFollowTheRanksFirstFailure) {
   const uint32_t n = 2;
   const uint64_t count = 1000;
   Ranks ranks;
-  ASSERT_TRUE(ranks.Create(d, "eager-verdicts", n, 0).ok());
+  ASSERT_TRUE(ranks.Create(d, "eager-verdicts", n, /*heap_bytes=*/4 << 20).ok());
   Buffers b;
-  ASSERT_TRUE(b.Init(ranks, /*zero_copy=*/true, 1 << 16, 1 << 16).ok());
+  Status made = b.Init(ranks, /*zero_copy=*/true, 1 << 16, 1 << 16);
+  ASSERT_TRUE(made.ok()) << made.ToString();
   auto all_reduce = [&](uint32_t r, uint64_t c, Handle* h) {
     return ranks.comms[r]->AllReduce(b.send[r], b.recv[r], c, DataType::kInt32, ReduceOp::kSum, ranks.streams[r], h);
   };
