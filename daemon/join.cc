@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/registry_state.h"
+#include "ring/matcher.h"
 #include "ring/wait.h"
 
 namespace collectived::daemon {
@@ -130,12 +131,13 @@ Status CheckSameAsEarlierMembers(const Comm& comm, const JoinRequest& req, const
 // The segment of communicator `comm_id`: sizes from the daemon's config, the
 // op timeout its members agreed on, and the negative-control switches.
 ring::SegmentParams SegmentParamsFromConfig(const DaemonConfig& config, uint64_t comm_id, uint32_t world_size,
-                                            ExecutionMode mode, uint32_t op_timeout_ms) {
+                                            ExecutionMode mode, uint32_t op_timeout_ms, bool gpu) {
   ring::SegmentParams params;
   params.world_size = world_size;
   params.ring_depth = config.ring_depth;
   params.max_message_bytes = config.max_message_bytes;
-  params.one_shot_max_bytes = config.one_shot_max_bytes;
+  params.one_shot_max_bytes =
+      gpu ? config.one_shot_max_bytes : ring::HostOneShotMaxBytes(config.one_shot_max_bytes, world_size);
   params.op_timeout_ns = static_cast<uint64_t>(op_timeout_ms) * 1000000;
   params.mode = mode;
   params.comm_id = comm_id;
@@ -327,7 +329,7 @@ Status Registry::FindOrCreateCommLocked(const JoinRequest& req, Comm** out) {
   c->gpu_heap_bytes = req.gpu_heap_bytes;
   c->captured_plans.assign(req.world_size, 0);
   c->registrations_made.assign(req.world_size, 0);
-  const ring::SegmentParams params = SegmentParamsFromConfig(config_, c->id, req.world_size, mode, timeout_ms);
+  const ring::SegmentParams params = SegmentParamsFromConfig(config_, c->id, req.world_size, mode, timeout_ms, c->gpu);
   if (params.unsafe_flags != 0) {
     spdlog::critical("UNSAFE communicator {} '{}': flags {:#x} re-create seed bugs; results may be wrong", c->id,
                      req.key, params.unsafe_flags);

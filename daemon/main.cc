@@ -88,7 +88,8 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
       ->capture_default_str()->check(CLI::Range(uint64_t{8}, uint64_t{1} << 34));
   // Every numeric option has a range: a value outside it stops start-up
   // naming the option, instead of a daemon that starts and then fails clients.
-  app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes, "all-reduce above this uses two-shot")
+  app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes,
+                 "all-reduce above this uses two-shot (host communicators of more than 2 ranks: above 2048 at most)")
       ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 34));
   app.add_option("--ring-depth", cfg.ring_depth, "ops in flight per rank (power of two)")->capture_default_str()
       ->check(CLI::Range(1u, collectived::ring::kStatusHistory));

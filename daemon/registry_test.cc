@@ -4,6 +4,7 @@
 #include "daemon/registry.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +14,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ring/matcher.h"
+#include "ring/segment_layout.h"
 
 namespace collectived::daemon {
 namespace {
@@ -345,6 +349,27 @@ TEST_F(RegistryTest, FetchWindowServesOnlyWhatTheSessionMayMap) {
   EXPECT_GT(seg.size, 0u);
   EXPECT_EQ(reg_.FetchWindow(outsider, comm, &other).code(), StatusCode::kNotFound);
   EXPECT_EQ(reg_.FetchWindow(999999, comm, &other).code(), StatusCode::kNotFound);
+}
+
+// The one-shot limit every poster of a host communicator reads from its
+// segment: the configured one at two ranks, 2 KiB at more
+// (ring::HostOneShotMaxBytes).
+TEST_F(RegistryTest, HostCommunicatorsOfMoreThanTwoRanksLeaveOneShotEarly) {
+  for (uint32_t n : {2u, 4u}) {
+    std::vector<uint64_t> sessions;
+    for (uint32_t r = 0; r < n; ++r) sessions.push_back(Attach());
+    const uint64_t comm = Form(sessions, "one-shot-" + std::to_string(n));
+    WindowFd w;
+    ASSERT_TRUE(reg_.FetchWindow(sessions[0], comm, &w).ok());
+    void* p = mmap(nullptr, w.size, PROT_READ | PROT_WRITE, MAP_SHARED, w.fd, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    ring::CommSegment seg;
+    ASSERT_TRUE(ring::CommSegment::Attach(p, w.size, &seg).ok());
+    EXPECT_EQ(seg.params().one_shot_max_bytes, n == 2 ? TestConfig().one_shot_max_bytes : ring::kHostWideOneShotMaxBytes)
+        << n << " ranks";
+    EXPECT_GT(TestConfig().one_shot_max_bytes, ring::kHostWideOneShotMaxBytes);  // else the check above proves nothing
+    munmap(p, w.size);
+  }
 }
 
 TEST_F(RegistryTest, SessionCleanupFreesWhatItHeldAndAbortsItsCommunicators) {

@@ -46,6 +46,11 @@ Algorithm ChooseAlgorithm(CollectiveKind kind, uint64_t bytes, uint64_t one_shot
   return bytes <= one_shot_max_bytes ? Algorithm::kOneShot : Algorithm::kTwoShot;
 }
 
+uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size) {
+  if (world_size <= 2) return configured;
+  return configured < kHostWideOneShotMaxBytes ? configured : kHostWideOneShotMaxBytes;
+}
+
 Status MatchDescriptors(uint64_t index, const OpDescriptor* const* descs, uint32_t world_size) {
   const OpDescriptor& a = *descs[0];
   for (uint32_t r = 1; r < world_size; ++r) {

@@ -19,6 +19,17 @@ Status ValidateDescriptor(const OpDescriptor& desc, uint64_t max_message_bytes);
 // `one_shot_max_bytes` is one-shot, above it two-shot; all-gather gathers.
 Algorithm ChooseAlgorithm(CollectiveKind kind, uint64_t bytes, uint64_t one_shot_max_bytes);
 
+// A host communicator's one-shot limit (its segment's one_shot_max_bytes,
+// which every poster reads) from the daemon's --one-shot-max-bytes: that
+// limit at two ranks, at most kHostWideOneShotMaxBytes at more. One-shot has
+// every rank read every peer's whole input from other cores' caches, (n - 1)
+// x S, where two-shot reads about 2 x S and meets once more: on 16 cores
+// two-shot was 1.5-5x faster from 4 KiB up at 4 and 8 processes, and even
+// at 2 (bench/RESULTS.md, "Host backend: one-shot or two-shot"). GPU
+// communicators keep the configured limit.
+constexpr uint64_t kHostWideOneShotMaxBytes = 2048;
+uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size);
+
 // INVALID_ARGUMENT naming the first rank whose op differs from rank 0's
 // (kind, dtype, reduction, count, algorithm) when they disagree.
 Status MatchDescriptors(uint64_t index, const OpDescriptor* const* descs, uint32_t world_size);

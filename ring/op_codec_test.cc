@@ -133,6 +133,16 @@ TEST(OpCodecTest, OneAlgorithmChoiceForEveryPoster) {
   EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllGather, 1, 256 * 1024), Algorithm::kGather);
 }
 
+TEST(OpCodecTest, HostCommunicatorsOfMoreThanTwoRanksLeaveOneShotEarly) {
+  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 1), 256u * 1024);
+  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 2), 256u * 1024);
+  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 3), kHostWideOneShotMaxBytes);
+  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 8), kHostWideOneShotMaxBytes);
+  EXPECT_EQ(HostOneShotMaxBytes(1024, 8), 1024u);  // a lower configured limit stands
+  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 16 * 1024, HostOneShotMaxBytes(256 * 1024, 8)),
+            Algorithm::kTwoShot);
+}
+
 TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
   alignas(64) static uint64_t window[GpuControlLayout::kBytes / 8];
   void* base = window;
