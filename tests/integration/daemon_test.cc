@@ -108,7 +108,8 @@ TEST_F(DaemonTest, BothModesEveryCollectiveFromFourClients) {
       auto comm = Join(*c, key, 4, r, mode);
       ASSERT_NE(comm, nullptr);
       EXPECT_EQ(comm->mode(), mode);
-      // one-shot (small) and two-shot (above 256 KiB), odd sizes.
+      // One-shot (1 element) and two-shot (above 2 KiB at four host ranks:
+      // ring::HostOneShotMaxBytes), odd sizes.
       for (uint64_t count : {uint64_t{1}, uint64_t{1001}, uint64_t{100003}}) {
         for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
           const size_t es = DataTypeSize(dt);

@@ -268,7 +268,12 @@ TEST(GpuDaemonTest, ZeroCopyEagerVerdictsFollowTheRanksFirstFailure) {
   auto all_reduce = [&](uint32_t r, uint64_t c, Handle* h) {
     return ranks.comms[r]->AllReduce(b.send[r], b.recv[r], c, DataType::kInt32, ReduceOp::kSum, ranks.streams[r], h);
   };
-  for (uint32_t r = 0; r < n; ++r) Prepare(DataType::kInt32, ReduceOp::kSum, false, n, r, 17, count, b.send[r], b.recv[r]);
+  for (uint32_t r = 0; r < n; ++r) {
+    // Heap buffers: the ops are single launches, which carry generations
+    // (staged ops would pass the checks below through LaunchComplete's copy).
+    ASSERT_TRUE(ranks.comms[r]->ZeroCopy(b.send[r], (count + 1) * 4) && ranks.comms[r]->ZeroCopy(b.recv[r], (count + 1) * 4));
+    Prepare(DataType::kInt32, ReduceOp::kSum, false, n, r, 17, count, b.send[r], b.recv[r]);
+  }
   std::vector<Handle> before(n), failed(n), after(n);
   for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(all_reduce(r, count, &before[r]).ok());
   // The ranks disagree on the count: the device-side matcher fails the op
