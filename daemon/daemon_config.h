@@ -89,6 +89,9 @@ struct DaemonConfig {
   uint64_t gpu_copy_engine_scratch_bytes = 256ull << 20;
   // How GPU communicator memory is shared with members (see GpuMemoryExport).
   GpuMemoryExport gpu_memory_export = GpuMemoryExport::kAuto;
+  // The client library's GPU kernels publish start flags with a release
+  // (ring::kGpuStartFlagRelease).
+  bool gpu_start_flag_release = false;
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;

@@ -161,6 +161,9 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
   app.add_option("--gpu-copy-engine-scratch-bytes", cfg.gpu_copy_engine_scratch_bytes,
                  "scratch per communicator for the copy-engine all-reduce (larger ops run in pieces)")
       ->capture_default_str()->check(CLI::Range(uint64_t{1} << 16, uint64_t{1} << 40));
+  app.add_flag("--gpu-start-flag-release", cfg.gpu_start_flag_release,
+               "client-executed GPU ops publish each start flag with a system-scope release (0.7-2 us an op), for "
+               "a platform where the kernel boundary's flush is in doubt (docs/proof.md)");
   app.add_flag("--unsafe-skip-end-barrier", cfg.unsafe_skip_end_barrier,
                "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
   app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,

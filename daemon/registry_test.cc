@@ -75,6 +75,19 @@ JoinRequest Req(uint64_t session, const std::string& key, uint32_t world, uint32
 
 bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The parameters in communicator `comm`'s segment, as a member maps it.
+void SegmentParamsOf(Registry& reg, uint64_t session, uint64_t comm, ring::SegmentParams* out) {
+  WindowFd w;
+  ASSERT_TRUE(reg.FetchWindow(session, comm, &w).ok());
+  void* p = mmap(nullptr, w.size, PROT_READ | PROT_WRITE, MAP_SHARED, w.fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ring::CommSegment seg;
+  const Status attached = ring::CommSegment::Attach(p, w.size, &seg);
+  if (attached.ok()) *out = seg.params();
+  munmap(p, w.size);
+  ASSERT_TRUE(attached.ok()) << attached.ToString();
+}
+
 class RegistryTest : public ::testing::Test {
  protected:
   uint64_t Attach(const std::string& name = "test") {
@@ -359,16 +372,12 @@ TEST_F(RegistryTest, HostCommunicatorsOfMoreThanTwoRanksLeaveOneShotEarly) {
     std::vector<uint64_t> sessions;
     for (uint32_t r = 0; r < n; ++r) sessions.push_back(Attach());
     const uint64_t comm = Form(sessions, "one-shot-" + std::to_string(n));
-    WindowFd w;
-    ASSERT_TRUE(reg_.FetchWindow(sessions[0], comm, &w).ok());
-    void* p = mmap(nullptr, w.size, PROT_READ | PROT_WRITE, MAP_SHARED, w.fd, 0);
-    ASSERT_NE(p, MAP_FAILED);
-    ring::CommSegment seg;
-    ASSERT_TRUE(ring::CommSegment::Attach(p, w.size, &seg).ok());
-    EXPECT_EQ(seg.params().one_shot_max_bytes, n == 2 ? TestConfig().one_shot_max_bytes : ring::kHostWideOneShotMaxBytes)
+    ring::SegmentParams params;
+    ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(reg_, sessions[0], comm, &params));
+    EXPECT_EQ(params.one_shot_max_bytes, n == 2 ? TestConfig().one_shot_max_bytes : ring::kHostWideOneShotMaxBytes)
         << n << " ranks";
     EXPECT_GT(TestConfig().one_shot_max_bytes, ring::kHostWideOneShotMaxBytes);  // else the check above proves nothing
-    munmap(p, w.size);
+    EXPECT_EQ(params.gpu_flags, 0u);  // --gpu-start-flag-release is off by default
   }
 }
 
@@ -740,6 +749,21 @@ TEST_F(RegistryCapsTest, PendingJoins) {
   EXPECT_EQ(p1->calls, 1);
   q = Join(s2, "q", 2, 0);
   EXPECT_EQ(q->calls, 0) << q->status.ToString();  // waiting, not refused
+}
+
+// --gpu-start-flag-release reaches every member through the segment
+// (ring::kGpuStartFlagRelease; off by default: RegistryTest's one-shot test).
+using RegistryConfigTest = RegistryCapsTest;
+TEST_F(RegistryConfigTest, TheStartFlagReleaseOptionIsInTheSegment) {
+  DaemonConfig c = TestConfig();
+  c.gpu_start_flag_release = true;
+  Start(c);
+  const uint64_t s0 = Attach(), s1 = Attach();
+  AnswerPtr a0 = Join(s0, "release", 2, 0), a1 = Join(s1, "release", 2, 1);
+  ASSERT_TRUE(a0->status.ok() && a1->status.ok()) << a0->status.ToString() << " " << a1->status.ToString();
+  ring::SegmentParams params;
+  ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(*reg_, s1, a0->result.comm_id, &params));
+  EXPECT_EQ(params.gpu_flags, static_cast<uint32_t>(ring::kGpuStartFlagRelease));
 }
 
 }  // namespace

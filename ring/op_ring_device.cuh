@@ -242,8 +242,9 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
       // to it landed (a caller's memset). Peers read and write that memory
       // where it lives, after their acquire of the flag (docs/proof.md,
       // "What rests on the hardware's behaviour"). The fence that stood here
-      // cost 1.0 us at 2 ranks and 2.1 at 8 (bench bit kBenchStartRelease
-      // puts it back).
+      // cost 1.0 us at 2 ranks and 2.1 at 8 (the daemon option
+      // --gpu-start-flag-release puts it back, DeviceOpArgs::start_flag_release,
+      // and so does the bench bit kBenchStartRelease).
       // HIP keeps a fence before either flag: nothing has checked AMD's
       // model here.
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
@@ -265,7 +266,7 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
           StoreRelease(line, gen);
 #else
-          if ((a.bench_skip & kBenchStartRelease) != 0) {
+          if (a.start_flag_release || (a.bench_skip & kBenchStartRelease) != 0) {
             StoreRelease(line, gen);
           } else {
             StoreRelaxed(line, gen);

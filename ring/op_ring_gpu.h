@@ -89,6 +89,9 @@ struct DeviceOpArgs {
   // rank (kDeviceMismatch) instead of reducing mismatched buffers.
   bool match_descriptors = false;
   uint64_t desc[kDescriptorWords] = {};
+  // Publish start flags with a release (ring::kGpuStartFlagRelease, a
+  // daemon option): HIP always does.
+  bool start_flag_release = false;
   // Negative control for seed bug 2 (AITER): leave without the end barrier,
   // so a fast rank's caller may reuse its input while a peer still reads it.
   bool unsafe_skip_end_barrier = false;

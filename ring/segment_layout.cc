@@ -73,6 +73,7 @@ Status CommSegment::Initialize(void* base, uint64_t bytes, const SegmentParams& 
   h->debug_delay_rank = params.debug_delay_rank;
   h->debug_delay_us = params.debug_delay_us;
   h->debug_delay_copyout_us = params.debug_delay_copyout_us;
+  h->gpu_flags = params.gpu_flags;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegmentMagic;
   out->base_ = static_cast<uint8_t*>(base);
@@ -103,6 +104,7 @@ Status CommSegment::Attach(void* base, uint64_t bytes, CommSegment* out) {
   p.debug_delay_rank = h->debug_delay_rank;
   p.debug_delay_us = h->debug_delay_us;
   p.debug_delay_copyout_us = h->debug_delay_copyout_us;
+  p.gpu_flags = h->gpu_flags;
   SegmentLayout layout;
   COLLECTIVED_RETURN_IF_ERROR(SegmentLayout::Compute(p, &layout));
   if (layout.total_bytes != h->segment_bytes || bytes < layout.total_bytes) {

@@ -22,8 +22,8 @@ constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
 // every communicator attaches this segment, so client and daemon of
 // different layouts meet here. 5: OpCounters, RingSlot::posted_ns; 6: the
 // GPU control window's block completion words; 7: a start flag's descriptor
-// in tagged words.
-constexpr uint32_t kLayoutVersion = 7;
+// in tagged words; 8: CommHeader::gpu_flags.
+constexpr uint32_t kLayoutVersion = 8;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -85,6 +85,17 @@ enum UnsafeFlags : uint32_t {
   kUnsafeSizeDependentSlots = 1u << 2,   // mori: staging slots placed by the current message size
 };
 
+// How the client library's GPU kernels of a communicator run (daemon flags
+// --gpu-*, in the segment so every member runs the same).
+enum GpuFlags : uint32_t {
+  // Publish each start flag with a release (a fence at system scope before
+  // it) instead of a plain strong store: what the flag then vouches for no
+  // longer rests on the kernel boundary (docs/proof.md, "What rests on the
+  // hardware's behaviour"). For a platform where that is in doubt; costs
+  // 0.7-2 us an op on one GPU (docs/latency.md, the eighth cut).
+  kGpuStartFlagRelease = 1u << 0,
+};
+
 struct alignas(kCacheLine) RankControl {
   PaddedWord next_index;             // op counter: the poster takes indices here
   PaddedWord completed;              // ops of this rank finished (index + 1 of the last)
@@ -130,6 +141,7 @@ struct alignas(kCacheLine) CommHeader {
   int32_t debug_delay_rank;         // -1: none; else this rank's reads start late
   uint32_t debug_delay_us;          // how late
   uint32_t debug_delay_copyout_us;  // output writes start this late (GPU copy-outs: rank r (r + 1) times)
+  uint32_t gpu_flags;               // GpuFlags of the client library's kernels
   alignas(kCacheLine) std::atomic<uint64_t> abort_claim;  // 0 until someone aborts; then an AbortCause
   std::atomic<uint64_t> abort_code;                       // StatusCode; set after the reason
   char abort_reason[256];
@@ -151,6 +163,7 @@ struct SegmentParams {
   int32_t debug_delay_rank = -1;
   uint32_t debug_delay_us = 0;
   uint32_t debug_delay_copyout_us = 0;
+  uint32_t gpu_flags = 0;
 };
 
 // Byte offsets of every region; computed once from SegmentParams.

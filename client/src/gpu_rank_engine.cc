@@ -156,6 +156,7 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   const ring::SegmentParams& h = setup.seg.params();
   if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
   a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
+  a.start_flag_release = (h.gpu_flags & ring::kGpuStartFlagRelease) != 0;
   return a;
 }
 

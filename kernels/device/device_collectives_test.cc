@@ -623,6 +623,33 @@ TEST(DeviceCollectivesTest, DelayedRankStillGivesExactResults) {
   }
 }
 
+// The daemon option that puts the start flag's release back
+// (DeviceOpArgs::start_flag_release, --gpu-start-flag-release): ops stay
+// exact, single launch and post/complete, one-shot and two-shot, with a late
+// rank, at 2 and 8 ranks.
+TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
+  REQUIRE_GPU();
+  for (uint32_t n : {2u, 8u}) {
+    const uint64_t count = 1 << 18;
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
+    vr.SetStartFlagRelease(true);
+    for (int trial = 0; trial < 4; ++trial) {
+      const bool single = trial % 2 == 1;
+      const DeviceAlgorithm algo = trial < 2 ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
+      const uint64_t c = algo == DeviceAlgorithm::kOneShot ? 4096 : count;
+      vr.SetSingleLaunch(single);
+      ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, trial + 10 * n, c, false).ok());
+      ASSERT_TRUE(LaunchDelay(2'000'000, vr.stream(trial % n)).ok());  // a late rank: peers wait on its flag
+      ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, algo, c, false, BlocksFor(n)).ok());
+      ASSERT_TRUE(vr.Sync().ok());
+      ASSERT_EQ(vr.Error(), kDeviceOk);
+      EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, trial + 10 * n, c), 0u)
+          << n << " ranks, trial " << trial;
+    }
+  }
+}
+
 // Seed bug 1 (DeepEP): completion must cover the epilogue. Rank 0's op ends
 // with a delayed copy-out; readers on two other streams wait on the handle
 // (event after post, then the wait kernel) and must see the copied-out data.

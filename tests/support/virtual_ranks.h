@@ -81,6 +81,8 @@ class VirtualRanks {
   // Single launch: the op's generation to gen_mirror instead of its
   // verdict to status_mirror (the client library's eager zero-copy ops).
   void SetGenMirror(bool on) { gen_mirror_on_ = on; }
+  // Start flags published with a release (DeviceOpArgs::start_flag_release).
+  void SetStartFlagRelease(bool on) { start_flag_release_ = on; }
   // Ops of rank r completed, as a reader of the window counts them
   // (ring::CompletedOps over `blocks` block words).
   uint64_t Completed(uint32_t r, uint32_t blocks) const {
@@ -129,6 +131,7 @@ class VirtualRanks {
     a.desc[0] = count + (rank == skew_rank_ ? skew_ : 0);
     a.bench_skip = bench_skip_ & ~kBenchSkipEndBarrier;
     a.unsafe_skip_end_barrier = (bench_skip_ & kBenchSkipEndBarrier) != 0;
+    a.start_flag_release = start_flag_release_;
     return a;
   }
 
@@ -227,6 +230,7 @@ class VirtualRanks {
   bool per_block_ = false;
   bool status_mirror_on_ = true;
   bool gen_mirror_on_ = false;
+  bool start_flag_release_ = false;
   bool gather_pull_ = false;
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
