@@ -45,6 +45,7 @@ inline hipError_t gpuDeviceUsesMps(int, int* mps) {
 #define gpuStreamSynchronize hipStreamSynchronize
 #define gpuDeviceGetAttribute hipDeviceGetAttribute
 #define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define gpuDevAttrL2CacheSize hipDeviceAttributeL2CacheSize
 #define gpuGetDevice hipGetDevice
 #define gpuHalfToFloat __half2float
 #define gpuFloatToHalf __float2half_rn
@@ -136,6 +137,7 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuDeviceGetAttribute cudaDeviceGetAttribute
 #define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
+#define gpuDevAttrL2CacheSize cudaDevAttrL2CacheSize
 #define gpuGetDevice cudaGetDevice
 #define gpuHalfToFloat __half2float
 #define gpuFloatToHalf __float2half_rn

@@ -50,12 +50,16 @@ __global__ void DelayKernel(uint64_t ns) {
 // the outputs [first_out, last_out]. Packs when `vec` (all pointers 16-byte
 // aligned and r.begin a multiple of the pack), scalars otherwise.
 //
+// kStreaming: every input element is read once and every output written
+// once by the whole op (two-shot, fused), so the vector loop's accesses are
+// streaming (LoadStreaming); one-shot's inputs are read by every rank.
+//
 // Bandwidth comes from loads in flight: each thread issues kUnroll packs of
 // the first two inputs before it combines any (one basic block, no guards),
 // so a 2-rank op has 2 x kUnroll loads outstanding per thread, not the one or
 // two of a pack-at-a-time loop. Packs left over (fewer than a full group of
 // the grid) go one at a time.
-template <typename T, ReduceOp kOp>
+template <typename T, ReduceOp kOp, bool kStreaming = false>
 __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
   using E = Elem<T>;
   using A = typename E::Acc;
@@ -73,10 +77,10 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
       {
         Pack<T> x[kUnroll], y[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T>(a.inputs[0], p + u * nthreads);
+        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[0], p + u * nthreads);
         if (a.world > 1) {
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) y[u] = LoadPack<T>(a.inputs[1], p + u * nthreads);
+          for (int u = 0; u < kUnroll; ++u) y[u] = LoadPack<T, kStreaming>(a.inputs[1], p + u * nthreads);
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -90,7 +94,7 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
       for (uint32_t k = 2; k < a.world; ++k) {
         Pack<T> x[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T>(a.inputs[k], p + u * nthreads);
+        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[k], p + u * nthreads);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
@@ -105,7 +109,9 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
           if constexpr (kOp == ReduceOp::kAvg) acc[u][i] = acc[u][i] / static_cast<A>(a.world);
           out.v[i] = E::Store(acc[u][i]);
         }
-        for (uint32_t k = first_out; k <= last_out; ++k) StorePack<T>(a.outputs[k], p + u * nthreads, out);
+        for (uint32_t k = first_out; k <= last_out; ++k) {
+          StorePack<T, kStreaming>(a.outputs[k], p + u * nthreads, out);
+        }
       }
     }
     for (; p < p1; p += nthreads) {
@@ -137,13 +143,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(D
     const uint64_t begin = min(a.count, chunk * a.rank);
     const uint64_t end = min(a.count, begin + chunk);
     DebugReadDelay(a);
-    ReduceRange<T, kOp>(a, Range{begin, end}, 0, a.world - 1, vec);
+    ReduceRange<T, kOp, /*kStreaming=*/true>(a, Range{begin, end}, 0, a.world - 1, vec);
   });
 }
 
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedKernel(DeviceRankArgs a, bool vec) {
-  ReduceRange<T, kOp>(a, Range{0, a.count}, 0, a.world - 1, vec);
+  ReduceRange<T, kOp, /*kStreaming=*/true>(a, Range{0, a.count}, 0, a.world - 1, vec);
 }
 
 // Element-size copy type for all-gather (a pure copy).
@@ -156,23 +162,19 @@ struct CopyType<4> { using T = uint32_t; };
 template <>
 struct CopyType<8> { using T = uint64_t; };
 
-// An all-gather's output is written once and not read back by this kernel:
-// a streaming (evict-first) store keeps it from pushing the inputs, which
-// every rank reads, out of L2. HIP has no uint4 overload; a plain store there.
-__device__ __forceinline__ void StoreStreaming(uint4* p, const uint4& v) {
-#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
-  *p = v;
-#else
-  __stcs(p, v);
-#endif
-}
-
 constexpr uint32_t kSkipNone = UINT32_MAX;
 
 // Copies `packs` 16-byte packs of `in` to byte offset `at` of each of the
 // `nout` outputs but output `skip` (in place: the input already is its chunk
 // there, so writing it again is traffic for nothing). Loads of kCopyUnroll
 // packs are issued before any store, for the same reason as in ReduceRange.
+// Outputs are written once and not read back: streaming stores. kReadOnce:
+// streaming loads too, where no other rank reads `in` in this op (push,
+// fused) and the op's inputs could not stay in L2 anyway (StreamInputs): a
+// small input, which a producer kernel just wrote, is an L2 hit (measured on
+// the H100: 16 MiB all-gathers 2-7 % slower with them, 64 MiB 0.4-4 %
+// faster; docs/latency.md, "The 16-64 MiB range").
+template <bool kReadOnce>
 __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at,
                                uint32_t skip) {
   constexpr int kCopyUnroll = 8;
@@ -182,7 +184,7 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
   for (; p + (kCopyUnroll - 1) * nthreads < packs; p += nthreads * kCopyUnroll) {
     uint4 v[kCopyUnroll];
 #pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u) v[u] = in[p + u * nthreads];
+    for (int u = 0; u < kCopyUnroll; ++u) v[u] = kReadOnce ? LoadStreaming(in + p + u * nthreads) : in[p + u * nthreads];
     for (uint32_t j = 0; j < nout; ++j) {
       if (j == skip) continue;
       uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
@@ -200,8 +202,8 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
 
 // Copies `count` elements of `in` to element `at` of each of the `nout`
 // outputs with the grid (16-byte packs when `vec`). An output that `in`
-// already is (in place) is not written again.
-template <typename T>
+// already is (in place) is not written again. kReadOnce: see BroadcastPacks.
+template <typename T, bool kReadOnce>
 __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs, uint32_t nout, uint64_t at,
                                   bool vec) {
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -213,7 +215,7 @@ __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs
   uint64_t scalar_begin = 0;
   if (vec) {
     constexpr uint64_t kN = 16 / sizeof(T);
-    BroadcastPacks(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T), skip);
+    BroadcastPacks<kReadOnce>(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T), skip);
     scalar_begin = count / kN * kN;
   }
   for (uint64_t i = scalar_begin + tid; i < count; i += nthreads) {
@@ -232,23 +234,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPullKernel
     void* const own[1] = {a.outputs[a.rank]};
     DebugReadDelay(a);
     for (uint32_t k = 0; k < a.world; ++k) {
-      BroadcastElements<T>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count, vec);
+      BroadcastElements<T, false>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count, vec);
     }
   });
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedAllGatherKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    FusedAllGatherKernel(DeviceRankArgs a, bool vec, bool stream_inputs) {
   for (uint32_t k = 0; k < a.world; ++k) {
-    BroadcastElements<T>(static_cast<const T*>(a.inputs[k]), a.count, a.outputs, a.world, k * a.count, vec);
+    const T* in = static_cast<const T*>(a.inputs[k]);
+    if (stream_inputs) {
+      BroadcastElements<T, true>(in, a.count, a.outputs, a.world, k * a.count, vec);
+    } else {
+      BroadcastElements<T, false>(in, a.count, a.outputs, a.world, k * a.count, vec);
+    }
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPushKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    AllGatherPushKernel(DeviceRankArgs a, bool vec, bool stream_inputs) {
   RunOp(a, [&] {
-    BroadcastElements<T>(static_cast<const T*>(a.inputs[a.rank]), a.count, a.outputs, a.world, a.rank * a.count,
-                         vec);
+    const T* in = static_cast<const T*>(a.inputs[a.rank]);
+    if (stream_inputs) {
+      BroadcastElements<T, true>(in, a.count, a.outputs, a.world, a.rank * a.count, vec);
+    } else {
+      BroadcastElements<T, false>(in, a.count, a.outputs, a.world, a.rank * a.count, vec);
+    }
   });
 }
 
@@ -310,6 +323,19 @@ Status CheckPlacement(const DeviceRankArgs& a, uint64_t in_bytes, uint64_t out_b
     }
   }
   return Status::Ok();
+}
+
+// An all-gather's inputs are streamed (BroadcastPacks' kReadOnce) when
+// together they exceed the device's L2: they could not stay there anyway.
+// Below 16 MiB no GPU this runs on has a smaller L2 worth the query.
+bool StreamInputs(const DeviceRankArgs& a, size_t es) {
+  const uint64_t bytes = uint64_t{a.world} * a.count * es;
+  if (bytes < (16u << 20)) return false;
+  int device = 0, l2 = 0;
+  if (gpuGetDevice(&device) != gpuSuccess || gpuDeviceGetAttribute(&l2, gpuDevAttrL2CacheSize, device) != gpuSuccess) {
+    return false;
+  }
+  return bytes > static_cast<uint64_t>(l2);
 }
 
 bool AllAligned(const DeviceRankArgs& a) {
@@ -445,10 +471,11 @@ Status LaunchFusedAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t
   COLLECTIVED_RETURN_IF_ERROR(CheckAllGather(dtype, args, blocks, false, GatherAlgorithm::kPush));
   const size_t es = DataTypeSize(dtype);
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
+  const bool si = StreamInputs(args, es);
   switch (es) {
-    case 2: FusedAllGatherKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
-    case 4: FusedAllGatherKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
-    default: FusedAllGatherKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec); break;
+    case 2: FusedAllGatherKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec, si); break;
+    case 4: FusedAllGatherKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec, si); break;
+    default: FusedAllGatherKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec, si); break;
   }
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
@@ -460,17 +487,18 @@ Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t bloc
   const size_t es = DataTypeSize(dtype);
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
   const bool push = algo == GatherAlgorithm::kPush;
+  const bool si = push && StreamInputs(args, es);
   switch (es) {
     case 2:
-      push ? AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec)
+      push ? AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
            : AllGatherPullKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec);
       break;
     case 4:
-      push ? AllGatherPushKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec)
+      push ? AllGatherPushKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
            : AllGatherPullKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec);
       break;
     default:
-      push ? AllGatherPushKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec)
+      push ? AllGatherPushKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
            : AllGatherPullKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec);
       break;
   }
