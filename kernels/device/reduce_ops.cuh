@@ -67,9 +67,11 @@ struct alignas(16) Pack {
 // Streaming (evict-first) accesses, for data an op touches once: an input
 // read once, an output written once and not read back by the op. They leave
 // L2 to what is reused (measured on the H100, tools/gpu-lab/loop_probe.cu: a
-// 2-input reduce to 2 outputs at 16-64 MiB a buffer ran 3-9 % faster, a copy
-// up to 20 %; docs/latency.md, "The 16-64 MiB range"). HIP has no uint4
-// overloads: plain accesses there.
+// 2-input reduce to 2 outputs at 16-64 MiB a buffer ran 3-12 % faster, a
+// copy up to 24 %, nothing either way at 256 MiB; docs/latency.md, "The
+// 16-64 MiB range"). HIP has no uint4 overloads: plain accesses there. PTX
+// treats cache operators as performance hints: the ordering the op protocol
+// relies on is unchanged.
 __device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   return *p;
