@@ -50,9 +50,12 @@ __global__ void DelayKernel(uint64_t ns) {
 // the outputs [first_out, last_out]. Packs when `vec` (all pointers 16-byte
 // aligned and r.begin a multiple of the pack), scalars otherwise.
 //
-// kStreaming: every input element is read once and every output written
-// once by the whole op (two-shot, fused), so the vector loop's accesses are
-// streaming (LoadStreaming); one-shot's inputs are read by every rank.
+// kStreaming: the unrolled vector loop loads and stores evict-first
+// (LoadPack/StorePack<T, true>). Only where every input element is read once
+// and every output written once by the whole op (two-shot, fused; one-shot's
+// inputs are read by every rank), and only for ops too big for the L2
+// (ExceedsL2): a smaller op's output may be read next from L2 (a staged op's
+// copy-out, the caller's next kernel).
 //
 // Bandwidth comes from loads in flight: each thread issues kUnroll packs of
 // the first two inputs before it combines any (one basic block, no guards),
@@ -135,7 +138,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) OneShotKernel(Devic
 }
 
 template <typename T, ReduceOp kOp>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(DeviceRankArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    TwoShotPushKernel(DeviceRankArgs a, bool vec, bool streaming) {
   RunOp</*kPushesReduced=*/true>(a, [&] {
     // Chunks are whole packs, so every rank's range starts aligned.
     constexpr uint64_t kN = Pack<T>::kElems;
@@ -143,13 +147,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) TwoShotPushKernel(D
     const uint64_t begin = min(a.count, chunk * a.rank);
     const uint64_t end = min(a.count, begin + chunk);
     DebugReadDelay(a);
-    ReduceRange<T, kOp, /*kStreaming=*/true>(a, Range{begin, end}, 0, a.world - 1, vec);
+    if (streaming) {
+      ReduceRange<T, kOp, true>(a, Range{begin, end}, 0, a.world - 1, vec);
+    } else {
+      ReduceRange<T, kOp, false>(a, Range{begin, end}, 0, a.world - 1, vec);
+    }
   });
 }
 
 template <typename T, ReduceOp kOp>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedKernel(DeviceRankArgs a, bool vec) {
-  ReduceRange<T, kOp, /*kStreaming=*/true>(a, Range{0, a.count}, 0, a.world - 1, vec);
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) FusedKernel(DeviceRankArgs a, bool vec, bool streaming) {
+  if (streaming) {
+    ReduceRange<T, kOp, true>(a, Range{0, a.count}, 0, a.world - 1, vec);
+  } else {
+    ReduceRange<T, kOp, false>(a, Range{0, a.count}, 0, a.world - 1, vec);
+  }
 }
 
 // Element-size copy type for all-gather (a pure copy).
@@ -168,12 +180,13 @@ constexpr uint32_t kSkipNone = UINT32_MAX;
 // `nout` outputs but output `skip` (in place: the input already is its chunk
 // there, so writing it again is traffic for nothing). Loads of kCopyUnroll
 // packs are issued before any store, for the same reason as in ReduceRange.
-// Outputs are written once and not read back: streaming stores. kReadOnce:
-// streaming loads too, where no other rank reads `in` in this op (push,
-// fused) and the op's inputs could not stay in L2 anyway (StreamInputs): a
-// small input, which a producer kernel just wrote, is an L2 hit (measured on
-// the H100: 16 MiB all-gathers 2-7 % slower with them, 64 MiB 0.4-4 %
-// faster; docs/latency.md, "The 16-64 MiB range").
+// Outputs are written once and not read back by this kernel: streaming
+// stores, which keep them from pushing the inputs, read by every rank, out of
+// L2. kReadOnce: the unrolled loop's loads stream too, where no other rank
+// reads `in` in this op (push, fused) and the op's inputs could not stay in
+// L2 anyway (ExceedsL2): a small input, which a producer kernel just wrote,
+// is an L2 hit (measured on the H100: 16 MiB all-gathers 2-7 % slower with
+// them, 64 MiB 0.4-4 % faster; docs/latency.md, "The 16-64 MiB range").
 template <bool kReadOnce>
 __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at,
                                uint32_t skip) {
@@ -184,7 +197,9 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
   for (; p + (kCopyUnroll - 1) * nthreads < packs; p += nthreads * kCopyUnroll) {
     uint4 v[kCopyUnroll];
 #pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u) v[u] = kReadOnce ? LoadStreaming(in + p + u * nthreads) : in[p + u * nthreads];
+    for (int u = 0; u < kCopyUnroll; ++u) {
+      v[u] = kReadOnce ? LoadStreaming(in + p + u * nthreads) : in[p + u * nthreads];
+    }
     for (uint32_t j = 0; j < nout; ++j) {
       if (j == skip) continue;
       uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
@@ -325,14 +340,17 @@ Status CheckPlacement(const DeviceRankArgs& a, uint64_t in_bytes, uint64_t out_b
   return Status::Ok();
 }
 
-// An all-gather's inputs are streamed (BroadcastPacks' kReadOnce) when
-// together they exceed the device's L2: they could not stay there anyway.
-// Below 16 MiB no GPU this runs on has a smaller L2 worth the query.
-bool StreamInputs(const DeviceRankArgs& a, size_t es) {
-  const uint64_t bytes = uint64_t{a.world} * a.count * es;
+// Whether `bytes` (what an op streams through) exceed the current device's
+// L2, so that none of it could stay there anyway: then the data loops use
+// evict-first accesses (ReduceRange's kStreaming, BroadcastPacks'
+// kReadOnce). Ops under 16 MiB skip the query (launch latency) and keep
+// plain accesses, whatever the L2. A failed query means plain accesses, and
+// its error is cleared so the launch's own check does not report it.
+bool ExceedsL2(uint64_t bytes) {
   if (bytes < (16u << 20)) return false;
   int device = 0, l2 = 0;
   if (gpuGetDevice(&device) != gpuSuccess || gpuDeviceGetAttribute(&l2, gpuDevAttrL2CacheSize, device) != gpuSuccess) {
+    (void)gpuGetLastError();
     return false;
   }
   return bytes > static_cast<uint64_t>(l2);
@@ -444,11 +462,14 @@ Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const 
                        gpuStream_t stream) {
   COLLECTIVED_RETURN_IF_ERROR(CheckAllReduce(dtype, op, &algo, args, blocks));
   const bool vec = AllAligned(args);
+  // Two-shot reads every input once and writes every output once.
+  const bool streaming = algo != DeviceAlgorithm::kOneShot &&
+                         ExceedsL2(2 * uint64_t{args.world} * args.count * DataTypeSize(dtype));
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     if (algo == DeviceAlgorithm::kOneShot) {
       OneShotKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
     } else {
-      TwoShotPushKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
+      TwoShotPushKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec, streaming);
     }
   });
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
@@ -460,8 +481,9 @@ Status LaunchFusedAllReduce(DataType dtype, ReduceOp op, const DeviceRankArgs& a
   COLLECTIVED_RETURN_IF_ERROR(ValidateFusedAllReduce(dtype, op, args));
   COLLECTIVED_RETURN_IF_ERROR(CheckArgs(args, blocks, false));
   const bool vec = AllAligned(args);
+  const bool streaming = ExceedsL2(2 * uint64_t{args.world} * args.count * DataTypeSize(dtype));
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
-    FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
+    FusedKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec, streaming);
   });
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
   return Status::Ok();
@@ -471,7 +493,7 @@ Status LaunchFusedAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t
   COLLECTIVED_RETURN_IF_ERROR(CheckAllGather(dtype, args, blocks, false, GatherAlgorithm::kPush));
   const size_t es = DataTypeSize(dtype);
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
-  const bool si = StreamInputs(args, es);
+  const bool si = ExceedsL2(uint64_t{args.world} * args.count * es);  // the inputs
   switch (es) {
     case 2: FusedAllGatherKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec, si); break;
     case 4: FusedAllGatherKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec, si); break;
@@ -487,7 +509,7 @@ Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t bloc
   const size_t es = DataTypeSize(dtype);
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
   const bool push = algo == GatherAlgorithm::kPush;
-  const bool si = push && StreamInputs(args, es);
+  const bool si = push && ExceedsL2(uint64_t{args.world} * args.count * es);  // the inputs
   switch (es) {
     case 2:
       push ? AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
