@@ -1,7 +1,8 @@
 // GPU tests of the device collectives with n virtual ranks on one GPU (label
 // gpu; skipped without a GPU): every dtype x op x algorithm, in and out of
-// place, all-gather, deadlines and aborts, graph replay with changing sizes
-// and values, a delayed rank, and cross-stream waits after a delayed epilogue.
+// place, all-gather, ops larger than the L2 (streaming accesses), deadlines
+// and aborts, graph replay with changing sizes and values, a delayed rank,
+// and cross-stream waits after a delayed epilogue.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -149,6 +150,64 @@ TEST(DeviceCollectivesTest, FusedAllReduceServesEveryRankInOneLaunch) {
           LaunchFusedAllReduce(dt, ReduceOp::kSum, vr.Args(0, count, in_place), kMaxBlocks, vr.stream(0)).ok());
       ASSERT_TRUE(vr.Sync().ok());
       EXPECT_EQ(vr.Wrong(dt, ReduceOp::kSum, false, 3, count), 0u) << DataTypeName(dt);
+    }
+  }
+}
+
+// Ops whose buffers exceed the L2 take the data loops' streaming (evict-first)
+// accesses (ExceedsL2 in device_collectives.cu); smaller ones the plain path
+// the tests above cover. Counts are odd, so packs and scalar tails both run.
+TEST(DeviceCollectivesTest, OpsLargerThanTheL2StreamAndStayExact) {
+  REQUIRE_GPU();
+  int dev = 0, l2 = 0;
+  ASSERT_EQ(gpuGetDevice(&dev), gpuSuccess);
+  ASSERT_EQ(gpuDeviceGetAttribute(&l2, gpuDevAttrL2CacheSize, dev), gpuSuccess);
+  for (uint32_t n : {2u, 4u}) {
+    // Every rank's input alone is above L2 / n: inputs (and outputs) together exceed it.
+    const uint64_t count = static_cast<uint64_t>(l2) / (n * 2) + 4099;  // 16-bit elements, the smallest here
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, count * 4, n * count * 4).ok());
+    vr.SetSingleLaunch(true);
+    uint64_t seed = 500;
+    for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        for (bool in_place : {false, true}) {
+          ++seed;
+          ASSERT_TRUE(vr.Prepare(dt, op, false, seed, count, in_place).ok());
+          ASSERT_TRUE(vr.AllReduce(dt, op, DeviceAlgorithm::kTwoShotPush, count, in_place, BlocksFor(n)).ok());
+          ASSERT_TRUE(vr.Sync().ok());
+          ASSERT_EQ(vr.Error(), kDeviceOk);
+          EXPECT_EQ(vr.Wrong(dt, op, false, seed, count), 0u)
+              << "two-shot n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op)
+              << (in_place ? " in place" : "");
+          ++seed;
+          ASSERT_TRUE(vr.Prepare(dt, op, false, seed, count, in_place).ok());
+          ASSERT_TRUE(LaunchFusedAllReduce(dt, op, vr.Args(0, count, in_place), kMaxBlocks, vr.stream(0)).ok());
+          ASSERT_TRUE(vr.Sync().ok());
+          EXPECT_EQ(vr.Wrong(dt, op, false, seed, count), 0u)
+              << "fused n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << (in_place ? " in place" : "");
+        }
+      }
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool in_place = variant & 1;
+        const bool pull = variant & 2;  // pull reads every input from every rank: plain loads
+        vr.SetGatherPull(pull);
+        ++seed;
+        ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
+        ASSERT_TRUE(vr.AllGather(dt, count, in_place, BlocksFor(n)).ok());
+        ASSERT_TRUE(vr.Sync().ok());
+        ASSERT_EQ(vr.Error(), kDeviceOk);
+        EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
+            << "all-gather n=" << n << " " << DataTypeName(dt) << (in_place ? " in place" : "")
+            << (pull ? " pull" : " push");
+      }
+      vr.SetGatherPull(false);
+      ++seed;
+      ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, false).ok());
+      ASSERT_TRUE(LaunchFusedAllGather(dt, vr.Args(0, count, false), kMaxBlocks, vr.stream(0)).ok());
+      ASSERT_TRUE(vr.Sync().ok());
+      EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
+          << "fused all-gather n=" << n << " " << DataTypeName(dt);
     }
   }
 }
