@@ -8,9 +8,9 @@
 #   bash gpu-bundle/midsize_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 bench=./bin/collective-bench
-sms=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 {
-  date -u +"# %Y-%m-%dT%H:%MZ $sms"
+  date -u +"# %Y-%m-%dT%H:%MZ $gpu"
   $bench -t ceilings -b 8M -e 512M -f 2 -n 20 -w 3
   for g in 2 4 8; do
     for t in all_reduce all_gather; do
