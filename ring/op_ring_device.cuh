@@ -454,8 +454,18 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
 // barrier, and the completion, which every block reaches on every path.
 // kPushesReduced: `data` writes what it reduced from peers' inputs into
 // peers' outputs (EndBarrier).
+// Under a programmatic dependent launch (kBenchProgrammaticLaunch), waits
+// until the grids this one depends on completed and their writes are
+// visible; without one it returns at once.
+__device__ __forceinline__ void GridDependencyWait() {
+#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <bool kPushesReduced = false, typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
+  if ((a.bench_skip & kBenchProgrammaticLaunch) != 0) GridDependencyWait();
   uint64_t gen = 0;
   bool synced = true;  // BeginOp and Barrier end in a bar.sync
   bool fenced = false;

@@ -123,6 +123,14 @@ constexpr uint32_t kBenchStartRelease = 64;
 // descriptor would be taken.
 constexpr uint32_t kDelayDescriptorWords = 128;
 constexpr uint32_t kIgnoreDescriptorTags = 256;
+// 512 (bench only, an experiment not yet measured): the data kernels'
+// launchers launch the op as a programmatic dependent launch (Hopper and
+// later; a plain launch on HIP), and the kernel waits for the grids before
+// it (griddepcontrol.wait) before it reads anything. With no explicit
+// trigger, its blocks are placed once every block of the kernel before it
+// has exited: part of the gap at the kernel boundary is hidden, and no block
+// of the op before waits for a slot (docs/latency.md, "The 16-64 MiB range").
+constexpr uint32_t kBenchProgrammaticLaunch = 512;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

@@ -356,6 +356,31 @@ bool ExceedsL2(uint64_t bytes) {
   return bytes > static_cast<uint64_t>(l2);
 }
 
+// Launches one of the op kernels (those that run RunOp) on `stream`. Under
+// the bench bit ring::kBenchProgrammaticLaunch, as a programmatic dependent
+// launch (CUDA only; RunOp then waits for the grids before it first).
+// Errors surface through gpuGetLastError, as a <<<>>> launch's do.
+template <typename... Params, typename... Args>
+void LaunchOpKernel(void (*kernel)(Params...), uint32_t blocks, gpuStream_t stream, const DeviceRankArgs& a,
+                    const Args&... args) {
+#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
+  if ((a.bench_skip & ring::kBenchProgrammaticLaunch) != 0) {
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, a, args...);
+    return;
+  }
+#endif
+  kernel<<<blocks, kThreads, 0, stream>>>(a, args...);
+}
+
 bool AllAligned(const DeviceRankArgs& a) {
   for (uint32_t k = 0; k < a.world; ++k) {
     if (!Aligned16(a.inputs[k]) || (a.outputs[k] != nullptr && !Aligned16(a.outputs[k]))) return false;
@@ -467,9 +492,9 @@ Status LaunchAllReduce(DataType dtype, ReduceOp op, DeviceAlgorithm algo, const 
                          ExceedsL2(2 * uint64_t{args.world} * args.count * DataTypeSize(dtype));
   DispatchReduction(dtype, op, [&]<typename T, ReduceOp kOp>() {
     if (algo == DeviceAlgorithm::kOneShot) {
-      OneShotKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec);
+      LaunchOpKernel(OneShotKernel<T, kOp>, blocks, stream, args, vec);
     } else {
-      TwoShotPushKernel<T, kOp><<<blocks, kThreads, 0, stream>>>(args, vec, streaming);
+      LaunchOpKernel(TwoShotPushKernel<T, kOp>, blocks, stream, args, vec, streaming);
     }
   });
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
@@ -512,16 +537,16 @@ Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t bloc
   const bool si = push && ExceedsL2(uint64_t{args.world} * args.count * es);  // the inputs
   switch (es) {
     case 2:
-      push ? AllGatherPushKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
-           : AllGatherPullKernel<uint16_t><<<blocks, kThreads, 0, stream>>>(args, vec);
+      push ? LaunchOpKernel(AllGatherPushKernel<uint16_t>, blocks, stream, args, vec, si)
+           : LaunchOpKernel(AllGatherPullKernel<uint16_t>, blocks, stream, args, vec);
       break;
     case 4:
-      push ? AllGatherPushKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
-           : AllGatherPullKernel<uint32_t><<<blocks, kThreads, 0, stream>>>(args, vec);
+      push ? LaunchOpKernel(AllGatherPushKernel<uint32_t>, blocks, stream, args, vec, si)
+           : LaunchOpKernel(AllGatherPullKernel<uint32_t>, blocks, stream, args, vec);
       break;
     default:
-      push ? AllGatherPushKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec, si)
-           : AllGatherPullKernel<uint64_t><<<blocks, kThreads, 0, stream>>>(args, vec);
+      push ? LaunchOpKernel(AllGatherPushKernel<uint64_t>, blocks, stream, args, vec, si)
+           : LaunchOpKernel(AllGatherPullKernel<uint64_t>, blocks, stream, args, vec);
       break;
   }
   COLLECTIVED_GPU_CHECK(gpuGetLastError());
