@@ -110,6 +110,26 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
   }
 }
 
+// One all-gather of `count` elements per rank in each form: push and pull
+// (each rank writes only its own output, peers' unmapped), in and out of
+// place; every element checked. Leaves the ranks pushing.
+void ExpectAllGathersExact(VirtualRanks* vr, uint32_t n, DataType dt, uint64_t count, uint64_t* seed) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool in_place = variant & 1;
+    const bool pull = variant & 2;
+    vr->SetGatherPull(pull);
+    ++*seed;
+    ASSERT_TRUE(vr->Prepare(dt, ReduceOp::kUnspecified, true, *seed, count, in_place).ok());
+    ASSERT_TRUE(vr->AllGather(dt, count, in_place, BlocksFor(n)).ok());
+    ASSERT_TRUE(vr->Sync().ok());
+    ASSERT_EQ(vr->Error(), kDeviceOk);
+    EXPECT_EQ(vr->Wrong(dt, ReduceOp::kUnspecified, true, *seed, count), 0u)
+        << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "")
+        << (pull ? " pull" : " push");
+  }
+  vr->SetGatherPull(false);
+}
+
 TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
   REQUIRE_GPU();
   for (uint32_t n : {2u, 3u, 8u}) {
@@ -120,19 +140,7 @@ TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
     uint64_t seed = 7;
     for (DataType dt : {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
       for (uint64_t count : {uint64_t{5}, uint64_t{65536}, max_count}) {
-        for (int variant = 0; variant < 4; ++variant) {
-          const bool in_place = variant & 1;
-          const bool pull = variant & 2;  // each rank writes only its own output (peers' unmapped)
-          vr.SetGatherPull(pull);
-          ++seed;
-          ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
-          ASSERT_TRUE(vr.AllGather(dt, count, in_place, BlocksFor(n)).ok());
-          ASSERT_TRUE(vr.Sync().ok());
-          ASSERT_EQ(vr.Error(), kDeviceOk);
-          EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
-              << "n=" << n << " " << DataTypeName(dt) << " count=" << count << (in_place ? " in place" : "")
-              << (pull ? " pull" : " push");
-        }
+        ASSERT_NO_FATAL_FAILURE(ExpectAllGathersExact(&vr, n, dt, count, &seed));
       }
     }
   }
@@ -189,20 +197,8 @@ TEST(DeviceCollectivesTest, OpsLargerThanTheL2StreamAndStayExact) {
               << "fused n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << (in_place ? " in place" : "");
         }
       }
-      for (int variant = 0; variant < 4; ++variant) {
-        const bool in_place = variant & 1;
-        const bool pull = variant & 2;  // pull reads every input from every rank: plain loads
-        vr.SetGatherPull(pull);
-        ++seed;
-        ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
-        ASSERT_TRUE(vr.AllGather(dt, count, in_place, BlocksFor(n)).ok());
-        ASSERT_TRUE(vr.Sync().ok());
-        ASSERT_EQ(vr.Error(), kDeviceOk);
-        EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
-            << "all-gather n=" << n << " " << DataTypeName(dt) << (in_place ? " in place" : "")
-            << (pull ? " pull" : " push");
-      }
-      vr.SetGatherPull(false);
+      // Pull reads every input from every rank: plain loads.
+      ASSERT_NO_FATAL_FAILURE(ExpectAllGathersExact(&vr, n, dt, count, &seed));
       ++seed;
       ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, false).ok());
       ASSERT_TRUE(LaunchFusedAllGather(dt, vr.Args(0, count, false), kMaxBlocks, vr.stream(0)).ok());
