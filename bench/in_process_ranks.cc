@@ -38,14 +38,9 @@ class InProcessRanks : public RankSet {
     return vr_.Prepare(spec.dtype, spec.op, spec.gather, seed, count, in_place);
   }
   Status Enqueue(const OpSpec& spec, uint64_t count, bool in_place) override {
-    if (spec.gather && spec.algo == "fused") {
-      // One launch for every rank (no barriers); in place, rank k's input is
-      // chunk k of its output.
-      device::DeviceRankArgs a = vr_.Args(0, count, in_place);
-      for (uint32_t k = 0; in_place && k < vr_.world(); ++k) {
-        a.inputs[k] = static_cast<const uint8_t*>(a.outputs[k]) + k * count * DataTypeSize(spec.dtype);
-      }
-      return device::LaunchFusedAllGather(spec.dtype, a, device::kMaxBlocks, vr_.stream(0));
+    if (spec.gather && spec.algo == "fused") {  // one launch for every rank, no barriers
+      return device::LaunchFusedAllGather(spec.dtype, vr_.GatherArgs(0, spec.dtype, count, in_place),
+                                          device::kMaxBlocks, vr_.stream(0));
     }
     if (spec.gather) return vr_.AllGather(spec.dtype, count, in_place, blocks_);
     if (spec.algo == "fused") {

@@ -450,10 +450,6 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
   }
 }
 
-// One rank's op around its data movement `data`: start barrier, data, end
-// barrier, and the completion, which every block reaches on every path.
-// kPushesReduced: `data` writes what it reduced from peers' inputs into
-// peers' outputs (EndBarrier).
 // Under a programmatic dependent launch (kBenchProgrammaticLaunch), waits
 // until the grids this one depends on completed and their writes are
 // visible; without one it returns at once.
@@ -463,6 +459,10 @@ __device__ __forceinline__ void GridDependencyWait() {
 #endif
 }
 
+// One rank's op around its data movement `data`: start barrier, data, end
+// barrier, and the completion, which every block reaches on every path.
+// kPushesReduced: `data` writes what it reduced from peers' inputs into
+// peers' outputs (EndBarrier).
 template <bool kPushesReduced = false, typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
   if ((a.bench_skip & kBenchProgrammaticLaunch) != 0) GridDependencyWait();

@@ -152,13 +152,19 @@ class VirtualRanks {
     }
     return Status::Ok();
   }
+  // Rank r's all-gather arguments. In place: rank k's input is its output's
+  // k-th chunk.
+  device::DeviceRankArgs GatherArgs(uint32_t r, DataType dt, uint64_t count, bool in_place) const {
+    device::DeviceRankArgs a = Args(r, count, false);
+    for (uint32_t k = 0; k < world_; ++k) {
+      a.inputs[k] = in_place ? static_cast<uint8_t*>(out_[k]) + k * count * DataTypeSize(dt) : in_[k];
+    }
+    return a;
+  }
   // In place: rank r's input is its output's r-th chunk.
   Status AllGather(DataType dt, uint64_t count, bool in_place, uint32_t blocks) {
     for (uint32_t r = 0; r < world_; ++r) {
-      device::DeviceRankArgs a = Args(r, count, false);
-      for (uint32_t k = 0; k < world_; ++k) {
-        a.inputs[k] = in_place ? static_cast<uint8_t*>(out_[k]) + k * count * DataTypeSize(dt) : in_[k];
-      }
+      device::DeviceRankArgs a = GatherArgs(r, dt, count, in_place);
       if (!single_launch_) COLLECTIVED_RETURN_IF_ERROR(ring::LaunchPost(counter(r), op_index(r), streams_[r]));
       if (gather_pull_) {
         a.own_output_only = true;
