@@ -31,6 +31,10 @@ struct DaemonConfig {
   Backend backend = Backend::kAuto;
   uint64_t max_message_bytes = 16ull << 20;  // per rank input, sizes the fixed slots
   uint64_t one_shot_max_bytes = 256ull << 10;
+  // Daemon-executed host communicators on one node: ops whose outputs, every
+  // rank's together, come to at most this run on rank 0's executor alone
+  // (executor/host_executor.h, led ops); 0: every rank's executor runs every op.
+  uint64_t host_lead_max_bytes = 128ull << 10;
   uint32_t ring_depth = 64;
   uint32_t op_timeout_ms = 30000;
   uint32_t join_timeout_ms = 60000;

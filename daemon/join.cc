@@ -373,8 +373,8 @@ void Registry::FormLocked(Comm& comm, Deferred* after) {
   if (comm.mode == ExecutionMode::kDaemon && !comm.gpu) {  // GPU: the GpuExecutor owns the rings
     comm.resolver = std::make_shared<CommResolver>(this, comm.id);
     for (uint32_t r = 0; r < comm.world_size; ++r) {
-      comm.executors.push_back(
-          std::make_unique<host::RankExecutor>(comm.seg, r, comm.resolver.get(), comm.exchange.get()));
+      comm.executors.push_back(std::make_unique<host::RankExecutor>(
+          comm.seg, r, comm.resolver.get(), comm.exchange.get(), /*caller_runs=*/false, config_.host_lead_max_bytes));
       comm.executors.back()->Start();
     }
   }

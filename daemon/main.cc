@@ -91,6 +91,9 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
   app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes,
                  "all-reduce above this uses two-shot (host communicators of more than 2 ranks: above 2048 at most)")
       ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 34));
+  app.add_option("--host-lead-max-bytes", cfg.host_lead_max_bytes,
+                 "daemon-executed host ops whose outputs (all ranks') total at most this run on one executor thread (0: off)")
+      ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 34));
   app.add_option("--ring-depth", cfg.ring_depth, "ops in flight per rank (power of two)")->capture_default_str()
       ->check(CLI::Range(1u, collectived::ring::kStatusHistory));
   app.add_option("--op-timeout-ms", cfg.op_timeout_ms, "default deadline of every op wait")->capture_default_str()

@@ -256,12 +256,99 @@ void CountOp(const CommSegment& seg, uint32_t rank, uint64_t index, bool matched
   c.latency_sum_ns.fetch_add(took > 0 ? static_cast<uint64_t>(took) : 0, std::memory_order_relaxed);
 }
 
+// Clears what an op of `rank` reports (its text and trace stamps) before it runs.
+void ResetOpRecords(const CommSegment& seg, uint32_t rank, uint64_t index) {
+  seg.slot(rank, index).status_message[0] = '\0';
+  ring::StatusRecord& trace = seg.status_record(rank, index);
+  trace.reads_done_ns.store(0, std::memory_order_relaxed);
+  trace.output_done_ns.store(0, std::memory_order_relaxed);
+  trace.completed_ns.store(0, std::memory_order_relaxed);
+}
+
+bool Disjoint(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_bytes) {
+  return a + a_bytes <= b || b + b_bytes <= a;
+}
+
+// Whether rank 0's executor may run op `index` alone (RankExecutor's led
+// ops): every descriptor matched and valid, every rank's output together
+// small, one within a slot (the scratch), and nothing a negative control or debug hook needs
+// the barriers for. The verdicts of the rest come from ExecuteOp.
+// What the leader writes for an op: every rank's output.
+uint64_t LedBytes(const OpDescriptor& d, uint32_t n) {
+  const uint64_t in = d.count * DataTypeSize(d.dtype);
+  return (d.kind == CollectiveKind::kAllGather ? in * n : in) * n;
+}
+
+bool Leadable(const CommSegment& seg, uint64_t index, const OpDescriptor* const* descs, uint64_t max_bytes) {
+  const uint32_t n = seg.world_size();
+  const ring::SegmentParams& p = seg.params();
+  if (p.unsafe_flags != 0 || p.debug_delay_rank >= 0 || !ring::MatchDescriptors(index, descs, n).ok()) return false;
+  for (uint32_t k = 0; k < n; ++k) {
+    if (!ring::ValidateDescriptor(*descs[k], p.max_message_bytes).ok()) return false;
+  }
+  const uint64_t in = descs[0]->count * DataTypeSize(descs[0]->dtype);
+  const uint64_t out = descs[0]->kind == CollectiveKind::kAllGather ? in * n : in;
+  return LedBytes(*descs[0], n) <= max_bytes && out <= p.max_message_bytes;
+}
+
+// The body of a led op: every rank's buffers resolved here, read in place,
+// every output written. `scratch` (a slot no one else uses meanwhile) holds
+// the result first where an output overlaps an input other than exactly.
+Status RunLedBody(const CommSegment& seg, const OpDescriptor* const* descs, BufferResolver& resolver,
+                  uint8_t* scratch) {
+  const uint32_t n = seg.world_size();
+  const OpDescriptor& d = *descs[0];
+  const uint64_t in_bytes = d.count * DataTypeSize(d.dtype);
+  const bool gather = d.kind == CollectiveKind::kAllGather;
+  const uint64_t out_bytes = gather ? in_bytes * n : in_bytes;
+  std::vector<OpBuffers> bufs(n);
+  for (uint32_t k = 0; k < n; ++k) {
+    Status r = ResolveOwnBuffers(*descs[k], k, n, resolver, &bufs[k]);
+    if (!r.ok()) return Status(r.code(), "rank " + std::to_string(k) + ": " + r.message());
+  }
+  // Where an output may be written before every input is read: only over
+  // exactly its own input (in place), never across part of another.
+  bool direct = true;
+  for (uint32_t k = 0; direct && k < n; ++k) {
+    for (uint32_t j = 0; direct && j < n; ++j) {
+      const uint8_t* own_place = bufs[k].recv + (gather ? j * in_bytes : 0);
+      const bool exact = own_place == bufs[j].send && (gather ? j == k : true);
+      if (!exact && !Disjoint(bufs[k].recv, out_bytes, bufs[j].send, in_bytes)) direct = false;
+      if (j != k && bufs[k].recv != bufs[j].recv && !Disjoint(bufs[k].recv, out_bytes, bufs[j].recv, out_bytes)) {
+        direct = false;
+      }
+    }
+  }
+  std::vector<const void*> inputs(n);
+  for (uint32_t k = 0; k < n; ++k) inputs[k] = bufs[k].send;
+  if (!gather) {
+    // One reduction (the bits every algorithm gives), then a copy per output.
+    uint8_t* result = direct ? bufs[0].recv : scratch;
+    ReduceElements(d.dtype, d.reduce_op, result, inputs.data(), n, 0, d.count);
+    for (uint32_t k = 0; k < n; ++k) {
+      if (bufs[k].recv != result) std::memcpy(bufs[k].recv, result, in_bytes);
+    }
+  } else if (direct) {
+    for (uint32_t k = 0; k < n; ++k) {
+      for (uint32_t j = 0; j < n; ++j) {
+        uint8_t* place = bufs[k].recv + j * in_bytes;
+        if (place != bufs[j].send) std::memcpy(place, bufs[j].send, in_bytes);
+      }
+    }
+  } else {
+    for (uint32_t j = 0; j < n; ++j) std::memcpy(scratch + j * in_bytes, bufs[j].send, in_bytes);
+    for (uint32_t k = 0; k < n; ++k) std::memcpy(bufs[k].recv, scratch, out_bytes);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
-                 const std::atomic<bool>* stop, NodeExchange* exchange) {
+                 const std::atomic<bool>* stop, NodeExchange* exchange, int64_t deadline_ns) {
   const uint32_t n = seg.world_size();
-  ring::WaitContext ctx{&seg, stop, ring::NowNs() + static_cast<int64_t>(seg.params().op_timeout_ns)};
+  if (deadline_ns == 0) deadline_ns = ring::NowNs() + static_cast<int64_t>(seg.params().op_timeout_ns);
+  ring::WaitContext ctx{&seg, stop, deadline_ns};
   // A failed wait means a peer is gone or stuck: abort the communicator so
   // every rank stops waiting, and fail the op with the reason.
   auto fail_hard = [&](const Status& s) {
@@ -273,11 +360,7 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
     return final;
   };
 
-  seg.slot(rank, index).status_message[0] = '\0';  // this op's text (a prologue failure writes it)
-  ring::StatusRecord& trace = seg.status_record(rank, index);
-  trace.reads_done_ns.store(0, std::memory_order_relaxed);
-  trace.output_done_ns.store(0, std::memory_order_relaxed);
-  trace.completed_ns.store(0, std::memory_order_relaxed);
+  ResetOpRecords(seg, rank, index);  // this op's text (a prologue failure writes it) and stamps
   // Prologue: every rank's descriptor, matched and validated identically.
   std::vector<const OpDescriptor*> descs(n);
   for (uint32_t k = 0; k < n; ++k) {
@@ -382,8 +465,15 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
 }
 
 RankExecutor::RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange,
-                           bool caller_runs)
-    : seg_(seg), rank_(rank), resolver_(resolver), exchange_(exchange), caller_runs_(caller_runs) {}
+                           bool caller_runs, uint64_t lead_max_bytes)
+    : seg_(seg),
+      rank_(rank),
+      resolver_(resolver),
+      exchange_(exchange),
+      caller_runs_(caller_runs),
+      lead_max_bytes_(exchange == nullptr && !caller_runs && seg.world_size() > 1 && resolver->ResolvesPeers()
+                          ? lead_max_bytes
+                          : 0) {}
 
 RankExecutor::~RankExecutor() { Stop(); }
 
@@ -392,15 +482,160 @@ void RankExecutor::Start() {
     MutexLock lock(&duty_);
     next_ = seg_.control(rank_).completed.value.load(std::memory_order_acquire);
   }
-  thread_ = std::thread([this] { caller_runs_ ? CallerRunsLoop() : Loop(); });
+  thread_ = std::thread([this] {
+    if (caller_runs_) {
+      CallerRunsLoop();
+    } else if (lead_max_bytes_ != 0 && rank_ != 0) {
+      FollowLoop();
+    } else {
+      Loop();
+    }
+  });
 }
 
 void RankExecutor::RunReadyLocked(uint64_t index) {
   while (next_ <= index && !stop_.load(std::memory_order_acquire) &&
          seg_.slot(rank_, next_).ready_seq.load(std::memory_order_acquire) >= next_ + 1) {
-    ExecuteOp(seg_, rank_, next_, *resolver_, &stop_, exchange_);
+    if (lead_max_bytes_ != 0) {
+      LeadOp(next_);
+    } else {
+      ExecuteOp(seg_, rank_, next_, *resolver_, &stop_, exchange_);
+    }
     ++next_;
   }
+}
+
+Status RankExecutor::LeadOp(uint64_t index) {
+  const uint32_t n = seg_.world_size();
+  const int64_t deadline = ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns);
+  const ring::WaitContext ctx{&seg_, &stop_, deadline};
+  std::vector<const OpDescriptor*> descs(n);
+  bool lead = true;
+  for (uint32_t k = 0; lead && k < n; ++k) {
+    lead = ring::WaitAtLeast(seg_.slot(k, index).ready_seq, index + 1, ctx, "a peer to post").ok();
+    descs[k] = &seg_.slot(k, index).desc;
+  }
+  // No led op after an abort: ExecuteOp fails it on every rank.
+  lead = lead && !seg_.aborted() && Leadable(seg_, index, descs.data(), lead_max_bytes_);
+  std::atomic<uint64_t>& word = seg_.control(0).lead.value;
+  const uint64_t decided = ((index + 1) << 2) | (lead ? kLeadRunning : kLeadDeclined);
+  uint64_t seen = word.load(std::memory_order_acquire);
+  bool claimed = false;
+  while (!claimed && (seen >> 2) < index + 1) {
+    claimed = word.compare_exchange_weak(seen, decided, std::memory_order_acq_rel, std::memory_order_acquire);
+  }
+  if (!claimed || !lead) {
+    // Declined here or by a follower that gave up waiting: every rank runs it.
+    if (claimed) ring::WakeWaiters(word);
+    return ExecuteOp(seg_, 0, index, *resolver_, &stop_, nullptr, deadline);
+  }
+  // The followers' ops before this one (run with every rank) complete first,
+  // so each completion word only grows. ExecuteOp completes on every path
+  // within its own deadline, which an abort does not shorten: wait past it.
+  const ring::WaitContext before{nullptr, &stop_, deadline + static_cast<int64_t>(seg_.params().op_timeout_ns)};
+  Status verdict;
+  for (uint32_t k = 1; verdict.ok() && k < n; ++k) {
+    verdict = ring::WaitAtLeast(seg_.control(k).completed.value, index, before, "a peer's op before to complete");
+  }
+  for (uint32_t k = 0; k < n; ++k) ResetOpRecords(seg_, k, index);
+  if (verdict.ok()) verdict = RunLedBody(seg_, descs.data(), *resolver_, seg_.in_slot(0));
+  // As in ExecuteOp: an op read in place does not succeed once aborted.
+  if (verdict.ok() && seg_.aborted()) verdict = seg_.AbortStatus();
+  const int64_t now = ring::NowNs();
+  for (uint32_t k = 0; k < n; ++k) {
+    ring::StatusRecord& trace = seg_.status_record(k, index);
+    trace.reads_done_ns.store(now, std::memory_order_relaxed);
+    trace.output_done_ns.store(now, std::memory_order_release);
+  }
+  CountOp(seg_, 0, index, true, verdict);
+  for (uint32_t k = 0; k < n; ++k) ring::CompleteOp(seg_, k, index, verdict);
+  return verdict;
+}
+
+void RankExecutor::RunDeclined(uint64_t index, int64_t deadline_ns) {
+  MutexLock lock(&duty_);
+  if (stop_.load(std::memory_order_acquire) || next_ != index) return;
+  ExecuteOp(seg_, rank_, index, *resolver_, &stop_, nullptr, deadline_ns);
+  next_ = index + 1;
+}
+
+void RankExecutor::FollowLoop() {
+  pthread_setname_np(pthread_self(), "cd-executor");
+  std::atomic<uint64_t>& word = seg_.control(0).lead.value;
+  const auto& own_done = seg_.control(rank_).completed.value;
+  const int64_t timeout = static_cast<int64_t>(seg_.params().op_timeout_ns);
+  const ring::WaitContext idle{nullptr, &stop_, 0, true};
+  const ring::WaitContext busy{nullptr, &stop_, 0, false};
+  // Right after a declined op (a large one) the next one often follows at
+  // once: as Loop does, the wait then yields its core a while before it
+  // sleeps, so a stream of large ops is not a futex wake each.
+  constexpr int64_t kBusyNs = 1'000'000;
+  int64_t last_ran = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    uint64_t index = 0;
+    {
+      MutexLock lock(&duty_);
+      next_ = std::max(next_, own_done.load(std::memory_order_acquire));  // led ops are complete
+      index = next_;
+    }
+    const ring::RingSlot& slot = seg_.slot(rank_, index);
+    const uint64_t w = word.load(std::memory_order_acquire);
+    if (own_done.load(std::memory_order_acquire) >= index + 1) continue;  // led meanwhile (read after the word)
+    const uint64_t decided_for = w >> 2;
+    if (decided_for == index + 1 && (w & 3) == kLeadRunning) {
+      // The leader completes this rank's op.
+      if (!ring::WaitAtLeast(own_done, index + 1, idle, "the led op").ok()) break;
+      continue;
+    }
+    if (decided_for >= index + 1) {
+      // Declined; or the leader moved past it without this rank (it failed
+      // the op alone: its ExecuteOp aborted the communicator).
+      if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
+      RunDeclined(index, 0);
+      last_ran = ring::NowNs();
+      continue;
+    }
+    // Undecided. An op of its own too large to lead runs at once. Right
+    // after such an op the next is likely large too: wait for its post here,
+    // not for the leader's decline, a futex wake later.
+    const bool recent = ring::NowNs() - last_ran < kBusyNs;
+    if (recent && !ring::WaitAtLeast(slot.ready_seq, index + 1, busy, "next op").ok()) break;
+    if (slot.ready_seq.load(std::memory_order_acquire) >= index + 1) {
+      const OpDescriptor own = slot.desc;
+      // Not led meanwhile: a completed op's slot may hold a later op by now.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (own_done.load(std::memory_order_acquire) >= index + 1) continue;
+      if (LedBytes(own, seg_.world_size()) > lead_max_bytes_) {
+        RunDeclined(index, 0);
+        last_ran = ring::NowNs();
+        continue;
+      }
+    }
+    // The leader decides within the op timeout of its own post; this rank's
+    // op may wait as long for it, then declines it itself.
+    const bool posted = slot.ready_seq.load(std::memory_order_acquire) >= index + 1;
+    const int64_t deadline = (posted ? slot.posted_ns : ring::NowNs()) + timeout;
+    const ring::WaitContext wait{&seg_, &stop_, deadline, !recent};
+    if (ring::WaitAtLeast(word, index + 1, wait, "rank 0's executor to take the op", 2).ok()) continue;
+    if (stop_.load(std::memory_order_acquire)) break;
+    if (slot.ready_seq.load(std::memory_order_acquire) < index + 1) {
+      if (!seg_.aborted()) continue;  // nothing of its own waits yet
+      if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
+    }
+    const int64_t own_deadline = slot.posted_ns + timeout;
+    if (!seg_.aborted() && ring::NowNs() < own_deadline) continue;  // posted after the wait began
+    uint64_t seen = word.load(std::memory_order_acquire);
+    bool claimed = false;
+    while (!claimed && (seen >> 2) < index + 1) {
+      claimed = word.compare_exchange_weak(seen, ((index + 1) << 2) | kLeadDeclined, std::memory_order_acq_rel,
+                                           std::memory_order_acquire);
+    }
+    if (!claimed) continue;  // the leader decided first
+    ring::WakeWaiters(word);
+    RunDeclined(index, seg_.aborted() ? 0 : own_deadline);
+    last_ran = ring::NowNs();
+  }
+  exited_.store(true, std::memory_order_release);
 }
 
 bool RankExecutor::RunPosted(uint64_t index) {

@@ -83,9 +83,29 @@ class NodeExchange {
 
 // Runs op `index` of `rank` and completes it in the ring. Returns its status.
 // `exchange`: set for a communicator spanning nodes (daemon-executed only).
+// `deadline_ns`: when its waits end (NowNs() value); 0: the op timeout from now.
 // REQUIRES: op `index` of `rank` is posted; ops before it completed.
 Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, BufferResolver& resolver,
-                 const std::atomic<bool>* stop, NodeExchange* exchange = nullptr);
+                 const std::atomic<bool>* stop, NodeExchange* exchange = nullptr, int64_t deadline_ns = 0);
+
+// Led ops (daemon-executed, one node): ops whose outputs, every rank's
+// together, come to at most `lead_max_bytes` run on rank 0's executor alone, which reads every rank's input in place and
+// writes every rank's output, with no barrier. On a node whose cores are
+// shared, n executors meeting in barriers pay for every pair that lands on
+// one core (bench/RESULTS.md, "Host backend against Open MPI, now"); one
+// thread does not. Rank 0's control().lead holds what its executor decided
+// for the latest op: ((index + 1) << 2) | LeadState.
+//   leader    waits for every descriptor; leads the op when all match, are
+//             valid and small (the segment not aborted, no unsafe or debug
+//             setting), else declines it; claims it with a compare-and-swap
+//             of the word, and on a declined op wakes the followers and runs
+//             ExecuteOp like them.
+//   follower  sleeps on the word. Led: the leader completes its op. Declined
+//             (or the leader moved past an op without it): ExecuteOp. Its own
+//             op waiting a whole op timeout undecided (the leader's client
+//             never posted), or an abort: it declines the op itself, by the
+//             same compare-and-swap, so exactly one of the two decides.
+enum LeadState : uint64_t { kLeadRunning = 1, kLeadDeclined = 2 };
 
 // A thread running every op of one rank, in index order, as they are posted.
 class RankExecutor {
@@ -95,8 +115,12 @@ class RankExecutor {
   // executor's thread then only runs ops nobody waits for, found by polling
   // while ops keep coming (so a post never wakes it), and otherwise sleeps
   // until the next post wakes it.
+  // `lead_max_bytes` > 0: led ops (above) up to that many output bytes of
+  // every rank together;
+  // every executor of the communicator gets the same value. Needs a resolver
+  // that ResolvesPeers, no exchange and no caller_runs (else ignored).
   RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange = nullptr,
-               bool caller_runs = false);
+               bool caller_runs = false, uint64_t lead_max_bytes = 0);
   ~RankExecutor();  // stops
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
@@ -116,14 +140,20 @@ class RankExecutor {
  private:
   void Loop();
   void CallerRunsLoop();
+  void FollowLoop();  // ranks other than 0 of a led communicator
   // Runs every posted op from next_ up to `index`, in order.
   void RunReadyLocked(uint64_t index) COLLECTIVED_REQUIRES(duty_);
+  // Rank 0 of a led communicator: leads op `index` or declines it (above).
+  Status LeadOp(uint64_t index);
+  // The follower's ExecuteOp of a declined op.
+  void RunDeclined(uint64_t index, int64_t deadline_ns) COLLECTIVED_EXCLUDES(duty_);
 
   ring::CommSegment seg_;
   uint32_t rank_;
   BufferResolver* resolver_;
   NodeExchange* exchange_;
   bool caller_runs_;
+  uint64_t lead_max_bytes_;  // 0: not led
   std::atomic<bool> stop_{false};
   std::atomic<bool> exited_{false};  // Loop returned
   Mutex duty_;  // held by whichever thread runs this rank's ops

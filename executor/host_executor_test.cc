@@ -22,6 +22,9 @@ namespace {
 constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
                                   DataType::kInt32,   DataType::kInt64,   DataType::kUint32};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
+// The failure tests run with the barrier path (lead 0) and with led ops
+// (kLead: every op of theirs small enough to be led).
+constexpr uint64_t kLead = 64 * 1024;
 
 class LocalComm : public BufferResolver {
  public:
@@ -47,7 +50,7 @@ class LocalComm : public BufferResolver {
   }
   void StartExecutors() {
     for (uint32_t r = 0; r < seg.world_size(); ++r) {
-      executors.push_back(std::make_unique<RankExecutor>(seg, r, this));
+      executors.push_back(std::make_unique<RankExecutor>(seg, r, this, nullptr, false, lead_max_bytes));
       executors.back()->Start();
     }
   }
@@ -67,6 +70,14 @@ class LocalComm : public BufferResolver {
   }
   bool ResolvesPeers() const override { return zero_copy; }
   bool zero_copy = false;  // read peers' buffers in place, as the daemon's executors do
+  uint64_t lead_max_bytes = 0;  // led ops (needs zero_copy), as the daemon's executors run them
+  // Led ops: what rank 0's executor decided for the latest op it decided.
+  uint64_t LeadDecidedFor() const { return seg.control(0).lead.value.load() >> 2; }
+  uint64_t LeadState() const { return seg.control(0).lead.value.load() & 3; }
+  void Lead(uint64_t max_bytes) {
+    zero_copy = true;
+    lead_max_bytes = max_bytes;
+  }
 
   Status Post(uint32_t rank, ring::OpDescriptor d, uint64_t* index) {
     d.send_buffer_id |= static_cast<uint64_t>(rank + 1) << 32;
@@ -103,65 +114,101 @@ ring::OpDescriptor Desc(CollectiveKind kind, DataType dt, ReduceOp op, uint64_t 
   return d;
 }
 
-// All-reduce of every dtype x op, one-shot and two-shot (odd counts so shards
-// are uneven), in place and out of place; all-gather in and out of place.
-TEST(HostExecutorTest, AllCollectivesEveryTypeBothAlgorithmsBothPlacements) {
-  for (uint32_t n : {2u, 3u, 4u}) {
-   for (bool zero_copy : {false, true}) {
-    LocalComm comm(n, 128 * 1024, /*one_shot_max=*/4096);
-    comm.zero_copy = zero_copy;
-    comm.StartExecutors();
-    uint64_t seed = 1;
-    for (DataType dt : kAllTypes) {
-      const size_t es = DataTypeSize(dt);
-      // one-shot, two-shot, and (above 64 KiB) zero copy when the resolver allows it
-      for (uint64_t count : {uint64_t{1}, uint64_t{37}, uint64_t{4096 / es + 7}, uint64_t{65536 / es + 3}}) {
-        for (ReduceOp op : kAllOps) {
-          if (!IsValidReduction(dt, op)) continue;
-          for (bool in_place : {false, true}) {
-            ++seed;
-            std::vector<uint8_t*> send(n), recv(n);
-            std::vector<uint64_t> idx(n);
-            for (uint32_t r = 0; r < n; ++r) {
-              send[r] = comm.AddBuffer(r, 1, count * es);
-              recv[r] = in_place ? send[r] : comm.AddBuffer(r, 2, count * es);
-              testing::FillInput(dt, op, r, seed, send[r], count);
-              if (!in_place) testing::Poison(dt, recv[r], count);
-              ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, dt, op, count, 1, 0, in_place ? 1 : 2, 0),
-                                    &idx[r]).ok());
-            }
-            for (uint32_t r = 0; r < n; ++r) {
-              ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
-              EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, recv[r], count), 0u)
-                  << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " count=" << count
-                  << (in_place ? " in place" : "") << " rank " << r;
-            }
-          }
-        }
+// All-reduce of every dtype x op and all-gather of every dtype, in place and
+// out of place, at the element counts `counts(kind, es)` gives, each exact on
+// every rank. Led (comm.lead_max_bytes set): the lead word shows each op led
+// exactly when every rank's output together fits the limit.
+template <typename Counts>
+void ExpectEveryCollectiveExact(LocalComm& comm, Counts counts) {
+  const uint32_t n = comm.seg.world_size();
+  const uint64_t lead = comm.lead_max_bytes;
+  uint64_t seed = 1;
+  auto check_lead = [&](uint64_t index, uint64_t out_bytes) {
+    if (lead == 0) return;
+    EXPECT_EQ(comm.LeadDecidedFor(), index + 1);
+    EXPECT_EQ(comm.LeadState(), n * out_bytes <= lead ? kLeadRunning : kLeadDeclined) << out_bytes << " bytes";
+  };
+  for (DataType dt : kAllTypes) {
+    const size_t es = DataTypeSize(dt);
+    for (uint64_t count : counts(CollectiveKind::kAllReduce, es)) {
+      for (ReduceOp op : kAllOps) {
+        if (!IsValidReduction(dt, op)) continue;
         for (bool in_place : {false, true}) {
           ++seed;
-          std::vector<uint8_t*> recv(n);
+          std::vector<uint8_t*> send(n), recv(n);
           std::vector<uint64_t> idx(n);
           for (uint32_t r = 0; r < n; ++r) {
-            recv[r] = comm.AddBuffer(r, 3, n * count * es);
-            testing::Poison(dt, recv[r], n * count);
-            uint8_t* send = in_place ? recv[r] + r * count * es : comm.AddBuffer(r, 4, count * es);
-            testing::FillInput(dt, ReduceOp::kUnspecified, r, seed, send, count);
-            ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllGather, dt, ReduceOp::kUnspecified, count,
-                                          in_place ? 3 : 4, in_place ? r * count * es : 0, 3, 0),
+            send[r] = comm.AddBuffer(r, 1, count * es);
+            recv[r] = in_place ? send[r] : comm.AddBuffer(r, 2, count * es);
+            testing::FillInput(dt, op, r, seed, send[r], count);
+            if (!in_place) testing::Poison(dt, recv[r], count);
+            ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, dt, op, count, 1, 0, in_place ? 1 : 2, 0),
                                   &idx[r]).ok());
           }
           for (uint32_t r = 0; r < n; ++r) {
             ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
-            EXPECT_EQ(testing::CountWrongAllGather(dt, n, seed, recv[r], count), 0u)
-                << "all_gather n=" << n << " " << DataTypeName(dt) << " count=" << count;
+            EXPECT_EQ(testing::CountWrongAllReduce(dt, op, n, seed, recv[r], count), 0u)
+                << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op) << " count=" << count
+                << (in_place ? " in place" : "") << " rank " << r << " lead " << lead;
           }
+          check_lead(idx[0], count * es);
         }
       }
     }
-    EXPECT_EQ(comm.seg.header().ops_failed.load(), 0u);
-    EXPECT_EQ(comm.seg.header().ops_completed.load(), comm.seg.header().ops_matched.load());
-   }
+    for (uint64_t count : counts(CollectiveKind::kAllGather, es)) {
+      for (bool in_place : {false, true}) {
+        ++seed;
+        std::vector<uint8_t*> recv(n);
+        std::vector<uint64_t> idx(n);
+        for (uint32_t r = 0; r < n; ++r) {
+          recv[r] = comm.AddBuffer(r, 3, n * count * es);
+          testing::Poison(dt, recv[r], n * count);
+          uint8_t* send = in_place ? recv[r] + r * count * es : comm.AddBuffer(r, 4, count * es);
+          testing::FillInput(dt, ReduceOp::kUnspecified, r, seed, send, count);
+          ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllGather, dt, ReduceOp::kUnspecified, count,
+                                        in_place ? 3 : 4, in_place ? r * count * es : 0, 3, 0),
+                                &idx[r]).ok());
+        }
+        for (uint32_t r = 0; r < n; ++r) {
+          ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
+          EXPECT_EQ(testing::CountWrongAllGather(dt, n, seed, recv[r], count), 0u)
+              << "all_gather n=" << n << " " << DataTypeName(dt) << " count=" << count << " lead " << lead;
+        }
+        check_lead(idx[0], n * count * es);
+      }
+    }
+  }
+  EXPECT_EQ(comm.seg.header().ops_failed.load(), 0u);
+  EXPECT_EQ(comm.seg.header().ops_completed.load(), comm.seg.header().ops_matched.load());
+}
+
+// One-shot and two-shot (odd counts so shards are uneven), copied into slots
+// and (above 64 KiB) read in place.
+TEST(HostExecutorTest, AllCollectivesEveryTypeBothAlgorithmsBothPlacements) {
+  for (uint32_t n : {2u, 3u, 4u}) {
+    for (bool zero_copy : {false, true}) {
+      LocalComm comm(n, 128 * 1024, /*one_shot_max=*/4096);
+      comm.zero_copy = zero_copy;
+      comm.StartExecutors();
+      ExpectEveryCollectiveExact(comm, [](CollectiveKind, size_t es) {
+        return std::vector<uint64_t>{1, 37, 4096 / es + 7, 65536 / es + 3};
+      });
+    }
+  }
+}
+
+// Led ops, at 2, 3 and 8 ranks: output sizes at and just past the limit, so
+// led and declined ops alternate.
+TEST(HostExecutorTest, LedOpsAreExactAndLedOnlyUpToTheirLimit) {
+  constexpr uint64_t kLimit = 16384;
+  for (uint32_t n : {2u, 3u, 8u}) {
+    LocalComm comm(n, 64 * 1024, /*one_shot_max=*/2048);
+    comm.Lead(kLimit);
+    comm.StartExecutors();
+    ExpectEveryCollectiveExact(comm, [n](CollectiveKind kind, size_t es) {
+      const uint64_t at = kind == CollectiveKind::kAllGather ? kLimit / es / n / n : kLimit / es / n;
+      return std::vector<uint64_t>{1, 37, at, at + 1};
+    });
   }
 }
 
@@ -193,12 +240,15 @@ TEST(HostExecutorTest, ZeroCopyInPlaceSurvivesADelayedReader) {
 
 // Zero copy falls back to copying inputs into slots when a rank's send and
 // recv ranges partially overlap (reading in place would race with the writes).
+// Led (a small op), the same overlap goes through the leader's scratch.
 TEST(HostExecutorTest, PartialOverlapFallsBackToCopyIn) {
+ for (uint64_t lead : {uint64_t{0}, kLead}) {
   const uint32_t n = 2;
   LocalComm comm(n, 256 * 1024, 1024);
   comm.zero_copy = true;
+  if (lead != 0) comm.Lead(lead);
   comm.StartExecutors();
-  const uint64_t count = 20000;  // 80 KB, two-shot
+  const uint64_t count = lead != 0 ? 2000 : 20000;  // led: 8 KB; else 80 KB, two-shot
   std::vector<uint64_t> idx(n);
   std::vector<uint8_t*> base(n);
   for (uint32_t r = 0; r < n; ++r) {
@@ -212,10 +262,14 @@ TEST(HostExecutorTest, PartialOverlapFallsBackToCopyIn) {
     ASSERT_TRUE(comm.Wait(r, idx[r]).ok());
     EXPECT_EQ(testing::CountWrongAllReduce(DataType::kInt32, ReduceOp::kSum, n, 42, base[r] + 64, count), 0u);
   }
+  EXPECT_EQ(comm.LeadState(), lead != 0 ? kLeadRunning : 0u);
+ }
 }
 
 TEST(HostExecutorTest, MismatchFailsOnEveryRankAndTheNextOpStillWorks) {
+ for (uint64_t lead : {uint64_t{0}, kLead}) {
   LocalComm comm(3, 4096, 1024);
+  if (lead != 0) comm.Lead(lead);
   comm.StartExecutors();
   std::vector<uint64_t> idx(3);
   for (uint32_t r = 0; r < 3; ++r) {
@@ -246,10 +300,16 @@ TEST(HostExecutorTest, MismatchFailsOnEveryRankAndTheNextOpStillWorks) {
   EXPECT_FALSE(comm.seg.aborted());
   EXPECT_EQ(comm.seg.header().ops_failed.load(), 1u);
   EXPECT_EQ(comm.seg.header().ops_completed.load(), 1u);
+  // Led: the mismatch was declined (ExecuteOp's verdict), the next op led.
+  EXPECT_EQ(comm.LeadDecidedFor(), lead != 0 ? 2u : 0u);
+  EXPECT_EQ(comm.LeadState(), lead != 0 ? kLeadRunning : 0u);
+ }
 }
 
 TEST(HostExecutorTest, OneRanksBadBufferFailsTheOpOnEveryRank) {
+ for (uint64_t lead : {uint64_t{0}, kLead}) {
   LocalComm comm(2, 4096, 1024);
+  if (lead != 0) comm.Lead(lead);
   comm.StartExecutors();
   comm.AddBuffer(0, 1, 4096);
   comm.AddBuffer(1, 1, 64);  // too small for rank 1's 128-byte message
@@ -264,51 +324,73 @@ TEST(HostExecutorTest, OneRanksBadBufferFailsTheOpOnEveryRank) {
     EXPECT_NE(s.message().find("rank 1: range outside buffer"), std::string::npos) << s.message();
   }
   EXPECT_FALSE(comm.seg.aborted());
+  EXPECT_EQ(comm.LeadState(), lead != 0 ? kLeadRunning : 0u);  // led: the leader's resolve failed it
+ }
 }
 
+// The missing rank is a follower (2) or, led, the leader (0): the others
+// fail within about the op timeout, naming it.
 TEST(HostExecutorTest, MissingRankTimesOutEveryRankWithoutHanging) {
+ for (uint64_t lead : {uint64_t{0}, kLead}) {
+  for (uint32_t missing : {2u, 0u}) {
   LocalComm comm(3, 4096, 1024, /*timeout_ms=*/200);
+  if (lead != 0) comm.Lead(lead);
   comm.StartExecutors();
   std::vector<uint64_t> idx(3);
-  for (uint32_t r = 0; r < 2; ++r) {  // rank 2 never posts
+  for (uint32_t r = 0; r < 3; ++r) {
+    if (r == missing) continue;
     comm.AddBuffer(r, 1, 4096);
     ASSERT_TRUE(comm.Post(r, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0),
                           &idx[r]).ok());
   }
   const int64_t t0 = ring::NowNs();
-  for (uint32_t r = 0; r < 2; ++r) {
+  for (uint32_t r = 0; r < 3; ++r) {
+    if (r == missing) continue;
     Status s = comm.Wait(r, idx[r]);
-    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
-    EXPECT_NE(s.message().find("rank 2 did not post"), std::string::npos) << s.message();
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString() << " lead " << lead;
+    EXPECT_NE(s.message().find("rank " + std::to_string(missing) + " did not post"), std::string::npos)
+        << s.message() << " lead " << lead;
   }
   EXPECT_LT(ring::NowNs() - t0, 3'000'000'000);
   EXPECT_TRUE(comm.seg.aborted());
   uint64_t i;
-  EXPECT_EQ(comm.Post(0, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0), &i)
+  const uint32_t poster = missing == 0 ? 1 : 0;
+  EXPECT_EQ(comm.Post(poster, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0), &i)
                 .code(),
             StatusCode::kDeadlineExceeded);  // the abort is sticky, with its cause
+  }
+ }
 }
 
+// Led, the waiting rank is the leader (0) or a follower asleep on the lead word (1).
 TEST(HostExecutorTest, AbortReleasesRanksWaitingInABarrier) {
+ for (uint64_t lead : {uint64_t{0}, kLead}) {
+  for (uint32_t poster : {0u, 1u}) {
   LocalComm comm(2, 4096, 1024, /*timeout_ms=*/60000);
+  if (lead != 0) comm.Lead(lead);
   comm.StartExecutors();
-  comm.AddBuffer(0, 1, 4096);
+  comm.AddBuffer(poster, 1, 4096);
   uint64_t idx;
-  ASSERT_TRUE(comm.Post(0, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0), &idx)
-                  .ok());
+  ASSERT_TRUE(comm.Post(poster, Desc(CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 8, 1, 0, 1, 0),
+                        &idx).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   comm.seg.Abort(StatusCode::kAborted, "rank 1 (pid 1234) disconnected");  // what the daemon does
   const int64_t t0 = ring::NowNs();
-  Status s = comm.Wait(0, idx);
-  EXPECT_EQ(s.code(), StatusCode::kAborted);
+  Status s = comm.Wait(poster, idx);
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << "lead " << lead << " poster " << poster;
   EXPECT_NE(s.message().find("disconnected"), std::string::npos);
   EXPECT_LT(ring::NowNs() - t0, 1'000'000'000);
+  }
+ }
 }
 
 // Many ops in flight per rank (more than the ring depth), mixed kinds.
+// Led (up to 16 KiB of outputs): led and declined ops interleave.
 TEST(HostExecutorTest, ManyOpsInFlightStayOrderedAndExact) {
+ for (uint64_t lead : {uint64_t{0}, uint64_t{16384}}) {
   const uint32_t n = 4;
   LocalComm comm(n, 16 * 1024, 2048);
+  if (lead != 0) comm.Lead(lead);
   comm.StartExecutors();
   const int kOps = 200;
   std::vector<std::thread> posters;
@@ -347,6 +429,7 @@ TEST(HostExecutorTest, ManyOpsInFlightStayOrderedAndExact) {
   EXPECT_EQ(failed.load(), 0u);
   EXPECT_EQ(wrong.load(), 0u);
   EXPECT_EQ(comm.seg.header().ops_completed.load(), static_cast<uint64_t>(kOps));
+ }
 }
 
 }  // namespace

@@ -170,6 +170,7 @@ void CommSegment::WakeAll() const {
     FutexWake(c.completed.value);
     FutexWake(c.next_index.value);
     FutexWake(c.announced.value);
+    FutexWake(c.lead.value);
     for (auto& flag : c.phase_flag) FutexWake(flag.value);
     for (uint64_t i = 0; i < params_.ring_depth; ++i) FutexWake(slot(r, i).ready_seq);
   }

@@ -22,8 +22,8 @@ constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
 // every communicator attaches this segment, so client and daemon of
 // different layouts meet here. 5: OpCounters, RingSlot::posted_ns; 6: the
 // GPU control window's block completion words; 7: a start flag's descriptor
-// in tagged words; 8: CommHeader::gpu_flags.
-constexpr uint32_t kLayoutVersion = 8;
+// in tagged words; 8: CommHeader::gpu_flags; 9: RankControl::lead.
+constexpr uint32_t kLayoutVersion = 9;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -105,6 +105,9 @@ struct alignas(kCacheLine) RankControl {
   // on that count.
   PaddedWord announced;
   PaddedWord executor_asleep;
+  // Daemon-executed host communicators, rank 0's only: what its executor
+  // decided for each op it may run alone for every rank (executor/, LeadWord).
+  PaddedWord lead;
 };
 
 // The operating counters of a host communicator (the daemon's metrics read
