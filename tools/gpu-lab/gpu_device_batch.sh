@@ -8,7 +8,7 @@
 # default, inside one device call). Outputs under $OUT.
 #   bash gpu-bundle/gpu_device_batch.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
-timeout 120 ./bin/device_kernels_test > "$out/device_kernels.txt" 2>&1; echo "kernel tests rc=$?"
+timeout 240 ./bin/device_kernels_test > "$out/device_kernels.txt" 2>&1; echo "kernel tests rc=$?"
 grep -E "^\[ +(FAILED|PASSED) |Failure" "$out/device_kernels.txt" | head -20
 timeout 180 ./bin/gpu_daemon_test > "$out/gpu_daemon.txt" 2>&1; echo "gpu tests rc=$?"
 grep -E "^\[ +(FAILED|PASSED) |Failure|Expected|Which|wrong|status:" "$out/gpu_daemon.txt" | head -30

@@ -15,6 +15,9 @@
 # eighteenth session: it could not, bench/RESULTS.md).
 #   PROCS=4 ROUNDS=4 bash gpu-bundle/host_placement_probe.sh
 #   PLACEMENTS="free pinned" PROCS=8 ROUNDS=2 bash gpu-bundle/host_placement_probe.sh
+# LEADS: --host-lead-max-bytes values to alternate inside each placement
+# (led ops, nineteenth session; empty: the daemon's default); BYTES, MODES.
+#   LEADS="131072 0" PLACEMENTS=free PROCS="8 4 2" ROUNDS=2 bash gpu-bundle/host_placement_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 cores=$(nproc) half=$(( $(nproc) / 2 ))
 cat > "$out/pin_wrap.sh" <<'WRAP'
@@ -48,9 +51,13 @@ chmod +x "$out/pin_wrap.sh"
           split) export COLLECTIVED_DAEMON_WRAP="taskset -c 0-$((half - 1))" COLLECTIVED_CLIENT_WRAP="taskset -c $half-$((cores - 1))" ;;
           pinned) export COLLECTIVED_DAEMON_WRAP="$out/pin_wrap.sh" ;;
         esac
-        echo "## round $round, $n processes, $placement"
-        timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes 16384,1048576 --ops 0 \
-          --modes client,daemon 2>&1 | grep -v "^#\|^$"
+        for lead in ${LEADS:-default}; do
+          unset COLLECTIVED_DAEMON_ARGS
+          [ "$lead" = default ] || export COLLECTIVED_DAEMON_ARGS="--host-lead-max-bytes $lead"
+          echo "## round $round, $n processes, $placement, lead $lead"
+          timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes "${BYTES:-16384,1048576}" --ops 0 \
+            --modes "${MODES:-client,daemon}" 2>&1 | grep -v "^#\|^$"
+        done
       done
     done
   done
