@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/host/reduce.h"
+#include "ring/futex.h"
 #include "ring/matcher.h"
 #include "ring/op_codec.h"
 #include "ring/op_ring.h"
@@ -611,19 +612,31 @@ void RankExecutor::FollowLoop() {
         continue;
       }
     }
-    // The leader decides within the op timeout of its own post; this rank's
-    // op may wait as long for it, then declines it itself.
-    const bool posted = slot.ready_seq.load(std::memory_order_acquire) >= index + 1;
-    const int64_t deadline = (posted ? slot.posted_ns : ring::NowNs()) + timeout;
-    const ring::WaitContext wait{&seg_, &stop_, deadline, !recent};
-    if (ring::WaitAtLeast(word, index + 1, wait, "rank 0's executor to take the op", 2).ok()) continue;
-    if (stop_.load(std::memory_order_acquire)) break;
-    if (slot.ready_seq.load(std::memory_order_acquire) < index + 1) {
-      if (!seg_.aborted()) continue;  // nothing of its own waits yet
-      if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
+    // Sleep until the leader declines an op (it wakes the followers) or
+    // moves past this one without it, this rank's op has waited a whole op
+    // timeout undecided (the leader decides within that of its own post), an
+    // abort, or a stop. Led ops change the word without a wake, and the
+    // slices only grow: a follower of a stream of led ops wakes about once a
+    // second, not once an op.
+    bool give_up = false;
+    for (int64_t slice = 20'000;; slice = std::min(slice * 2, ring::kMaxOpSliceNs)) {
+      const uint64_t now_word = word.load(std::memory_order_acquire);
+      const uint64_t decided = now_word >> 2;
+      if (decided > index + 1 || (decided == index + 1 && (now_word & 3) == kLeadDeclined)) break;
+      if (own_done.load(std::memory_order_acquire) >= index + 1 || stop_.load(std::memory_order_acquire)) break;
+      const bool posted = slot.ready_seq.load(std::memory_order_acquire) >= index + 1;
+      const int64_t left = posted ? slot.posted_ns + timeout - ring::NowNs() : slice;
+      if (seg_.aborted() || left <= 0) {
+        give_up = true;
+        break;
+      }
+      ring::FutexWait(word, now_word, std::min(slice, left));
     }
+    if (stop_.load(std::memory_order_acquire)) break;
+    if (!give_up) continue;
+    // Aborted before this rank posted: its op fails as soon as it is posted.
+    if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
     const int64_t own_deadline = slot.posted_ns + timeout;
-    if (!seg_.aborted() && ring::NowNs() < own_deadline) continue;  // posted after the wait began
     uint64_t seen = word.load(std::memory_order_acquire);
     bool claimed = false;
     while (!claimed && (seen >> 2) < index + 1) {

@@ -13,7 +13,7 @@
 # One run of a policy is not enough: on 2026-12-05 (tenth session) the same
 # policy gave 43 and 244 us at 16 KiB, so ROUNDS repeats every variant,
 # rounds outermost (drift spreads over all variants alike).
-#   bash gpu-bundle/host_spin_sweep.sh     (env: PROCS, VARIANTS, ITERS, ROUNDS)
+#   bash gpu-bundle/host_spin_sweep.sh     (env: PROCS, VARIANTS, ITERS, ROUNDS, BYTES, MODES)
 source "$(dirname "$0")/gpu_bundle_env.sh"
 {
   echo "## $(date -u +%FT%TZ) $(nproc) cores: $(lscpu | grep -m1 'Model name' | sed 's/.*: *//')"
@@ -31,8 +31,8 @@ source "$(dirname "$0")/gpu_bundle_env.sh"
           fi
         fi
         echo "## round $round, $n processes, spins:yield_us $v"
-        timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes 16384,1048576,4194304 --ops 0 \
-          --modes client,daemon 2>&1 | grep -v "^#\|^$"
+        timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes "${BYTES:-16384,1048576,4194304}" --ops 0 \
+          --modes "${MODES:-client,daemon}" 2>&1 | grep -v "^#\|^$"
       done
     done
   done
