@@ -274,12 +274,6 @@ bool Disjoint(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_b
 // ops): every descriptor matched and valid, every rank's output together
 // small, one within a slot (the scratch), and nothing a negative control or debug hook needs
 // the barriers for. The verdicts of the rest come from ExecuteOp.
-// What the leader writes for an op: every rank's output.
-uint64_t LedBytes(const OpDescriptor& d, uint32_t n) {
-  const uint64_t in = d.count * DataTypeSize(d.dtype);
-  return (d.kind == CollectiveKind::kAllGather ? in * n : in) * n;
-}
-
 bool Leadable(const CommSegment& seg, uint64_t index, const OpDescriptor* const* descs, uint64_t max_bytes) {
   const uint32_t n = seg.world_size();
   const ring::SegmentParams& p = seg.params();
@@ -287,9 +281,10 @@ bool Leadable(const CommSegment& seg, uint64_t index, const OpDescriptor* const*
   for (uint32_t k = 0; k < n; ++k) {
     if (!ring::ValidateDescriptor(*descs[k], p.max_message_bytes).ok()) return false;
   }
+  // What the leader writes: every rank's output.
   const uint64_t in = descs[0]->count * DataTypeSize(descs[0]->dtype);
   const uint64_t out = descs[0]->kind == CollectiveKind::kAllGather ? in * n : in;
-  return LedBytes(*descs[0], n) <= max_bytes && out <= p.max_message_bytes;
+  return out * n <= max_bytes && out <= p.max_message_bytes;
 }
 
 // The body of a led op: every rank's buffers resolved here, read in place,
@@ -566,11 +561,7 @@ void RankExecutor::FollowLoop() {
   const auto& own_done = seg_.control(rank_).completed.value;
   const int64_t timeout = static_cast<int64_t>(seg_.params().op_timeout_ns);
   const ring::WaitContext idle{nullptr, &stop_, 0, true};
-  const ring::WaitContext busy{nullptr, &stop_, 0, false};
-  // Right after a declined op (a large one) the next one often follows at
-  // once: as Loop does, the wait then yields its core a while before it
-  // sleeps, so a stream of large ops is not a futex wake each.
-  constexpr int64_t kBusyNs = 1'000'000;
+  constexpr int64_t kBusyNs = 1'000'000;  // "right after an op", as in Loop
   int64_t last_ran = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     uint64_t index = 0;
@@ -596,21 +587,15 @@ void RankExecutor::FollowLoop() {
       last_ran = ring::NowNs();
       continue;
     }
-    // Undecided. An op of its own too large to lead runs at once. Right
-    // after such an op the next is likely large too: wait for its post here,
-    // not for the leader's decline, a futex wake later.
-    const bool recent = ring::NowNs() - last_ran < kBusyNs;
-    if (recent && !ring::WaitAtLeast(slot.ready_seq, index + 1, busy, "next op").ok()) break;
-    if (slot.ready_seq.load(std::memory_order_acquire) >= index + 1) {
-      const OpDescriptor own = slot.desc;
-      // Not led meanwhile: a completed op's slot may hold a later op by now.
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (own_done.load(std::memory_order_acquire) >= index + 1) continue;
-      if (LedBytes(own, seg_.world_size()) > lead_max_bytes_) {
-        RunDeclined(index, 0);
-        last_ran = ring::NowNs();
-        continue;
-      }
+    // Undecided. This executor reads nothing of its own slot but the atomic
+    // ready_seq: once the op completes (led), its client may write the slot
+    // for a later op. Right after a declined op (a large one) the next is
+    // likely declined too: the wait then spins and yields a while before it
+    // sleeps, so a stream of large ops is not a futex wake each.
+    if (ring::NowNs() - last_ran < kBusyNs) {
+      const ring::WaitContext busy{&seg_, &stop_, ring::NowNs() + kBusyNs};
+      ring::WaitAtLeast(word, index + 1, busy, "rank 0's executor to take the op", 2);
+      continue;
     }
     // Sleep until the leader declines an op (it wakes the followers) or
     // moves past this one without it, this rank's op has waited a whole op
@@ -619,13 +604,15 @@ void RankExecutor::FollowLoop() {
     // slices only grow: a follower of a stream of led ops wakes about once a
     // second, not once an op.
     bool give_up = false;
+    int64_t seen_posted = 0;  // when this executor first saw its op posted
     for (int64_t slice = 20'000;; slice = std::min(slice * 2, ring::kMaxOpSliceNs)) {
       const uint64_t now_word = word.load(std::memory_order_acquire);
       const uint64_t decided = now_word >> 2;
       if (decided > index + 1 || (decided == index + 1 && (now_word & 3) == kLeadDeclined)) break;
       if (own_done.load(std::memory_order_acquire) >= index + 1 || stop_.load(std::memory_order_acquire)) break;
-      const bool posted = slot.ready_seq.load(std::memory_order_acquire) >= index + 1;
-      const int64_t left = posted ? slot.posted_ns + timeout - ring::NowNs() : slice;
+      const int64_t now = ring::NowNs();
+      if (seen_posted == 0 && slot.ready_seq.load(std::memory_order_acquire) >= index + 1) seen_posted = now;
+      const int64_t left = seen_posted != 0 ? seen_posted + timeout - now : slice;
       if (seg_.aborted() || left <= 0) {
         give_up = true;
         break;
@@ -636,7 +623,7 @@ void RankExecutor::FollowLoop() {
     if (!give_up) continue;
     // Aborted before this rank posted: its op fails as soon as it is posted.
     if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
-    const int64_t own_deadline = slot.posted_ns + timeout;
+    const int64_t own_deadline = seen_posted + timeout;
     uint64_t seen = word.load(std::memory_order_acquire);
     bool claimed = false;
     while (!claimed && (seen >> 2) < index + 1) {
@@ -645,7 +632,7 @@ void RankExecutor::FollowLoop() {
     }
     if (!claimed) continue;  // the leader decided first
     ring::WakeWaiters(word);
-    RunDeclined(index, seg_.aborted() ? 0 : own_deadline);
+    RunDeclined(index, seg_.aborted() || seen_posted == 0 ? 0 : own_deadline);
     last_ran = ring::NowNs();
   }
   exited_.store(true, std::memory_order_release);
