@@ -529,12 +529,24 @@ Status RankExecutor::LeadOp(uint64_t index) {
   // so each completion word only grows. ExecuteOp completes on every path
   // within its own deadline, which an abort does not shorten: wait past it.
   const ring::WaitContext before{nullptr, &stop_, deadline + static_cast<int64_t>(seg_.params().op_timeout_ns)};
-  Status verdict;
-  for (uint32_t k = 1; verdict.ok() && k < n; ++k) {
-    verdict = ring::WaitAtLeast(seg_.control(k).completed.value, index, before, "a peer's op before to complete");
+  for (uint32_t k = 1; k < n; ++k) {
+    Status s = ring::WaitAtLeast(seg_.control(k).completed.value, index, before, "a peer's op before to complete");
+    if (s.ok()) continue;
+    // Stopped, or a follower's op before never completed: that rank's op
+    // cannot be completed here (its word would go back). Abort and hand the
+    // op back as declined: each follower fails it itself, after its op
+    // before (ExecuteOp on an aborted segment).
+    seg_.Abort(s.code(), ("rank 0, op " + std::to_string(index) + ": " + s.message()).c_str());
+    Status final = seg_.AbortStatus();
+    if (final.ok()) final = s;
+    CountOp(seg_, 0, index, true, final);
+    ring::CompleteOp(seg_, 0, index, final);
+    word.store(((index + 1) << 2) | kLeadDeclined, std::memory_order_release);
+    ring::WakeWaiters(word);
+    return final;
   }
   for (uint32_t k = 0; k < n; ++k) ResetOpRecords(seg_, k, index);
-  if (verdict.ok()) verdict = RunLedBody(seg_, descs.data(), *resolver_, seg_.in_slot(0));
+  Status verdict = RunLedBody(seg_, descs.data(), *resolver_, seg_.in_slot(0));
   // As in ExecuteOp: an op read in place does not succeed once aborted.
   if (verdict.ok() && seg_.aborted()) verdict = seg_.AbortStatus();
   const int64_t now = ring::NowNs();
@@ -545,6 +557,10 @@ Status RankExecutor::LeadOp(uint64_t index) {
   }
   CountOp(seg_, 0, index, true, verdict);
   for (uint32_t k = 0; k < n; ++k) ring::CompleteOp(seg_, k, index, verdict);
+  // Only now may a follower decline a later op (never over a running one):
+  // until every rank's op is complete, a follower reading the word past its
+  // op would take the op for one the leader gave up on.
+  word.store(((index + 1) << 2) | kLeadFinished, std::memory_order_release);
   return verdict;
 }
 
@@ -575,8 +591,11 @@ void RankExecutor::FollowLoop() {
     if (own_done.load(std::memory_order_acquire) >= index + 1) continue;  // led meanwhile (read after the word)
     const uint64_t decided_for = w >> 2;
     if (decided_for == index + 1 && (w & 3) == kLeadRunning) {
-      // The leader completes this rank's op.
-      if (!ring::WaitAtLeast(own_done, index + 1, idle, "the led op").ok()) break;
+      // The leader completes this rank's op (its completion wakes this
+      // wait), or hands it back declined if it had to give up: look again
+      // every millisecond.
+      const ring::WaitContext led{nullptr, &stop_, ring::NowNs() + kBusyNs, true};
+      ring::WaitAtLeast(own_done, index + 1, led, "the led op");
       continue;
     }
     if (decided_for >= index + 1) {
@@ -592,7 +611,7 @@ void RankExecutor::FollowLoop() {
     // for a later op. Right after a declined op (a large one) the next is
     // likely declined too: the wait then spins and yields a while before it
     // sleeps, so a stream of large ops is not a futex wake each.
-    if (ring::NowNs() - last_ran < kBusyNs) {
+    if (ring::NowNs() - last_ran < kBusyNs && !seg_.aborted()) {
       const ring::WaitContext busy{&seg_, &stop_, ring::NowNs() + kBusyNs};
       ring::WaitAtLeast(word, index + 1, busy, "rank 0's executor to take the op", 2);
       continue;
@@ -605,13 +624,17 @@ void RankExecutor::FollowLoop() {
     // second, not once an op.
     bool give_up = false;
     int64_t seen_posted = 0;  // when this executor first saw its op posted
-    for (int64_t slice = 20'000;; slice = std::min(slice * 2, ring::kMaxOpSliceNs)) {
+    for (int64_t slice = 20'000;; slice *= 2) {
       const uint64_t now_word = word.load(std::memory_order_acquire);
       const uint64_t decided = now_word >> 2;
       if (decided > index + 1 || (decided == index + 1 && (now_word & 3) == kLeadDeclined)) break;
       if (own_done.load(std::memory_order_acquire) >= index + 1 || stop_.load(std::memory_order_acquire)) break;
       const int64_t now = ring::NowNs();
       if (seen_posted == 0 && slot.ready_seq.load(std::memory_order_acquire) >= index + 1) seen_posted = now;
+      // With its op posted, an abort raised between the check below and the
+      // sleep wakes nothing this sleep sees: re-check each second, as op
+      // waits do. Without one, nothing waits on it: sleep as idle waits do.
+      slice = std::min(slice, seen_posted != 0 ? ring::kMaxOpSliceNs : ring::kMaxSliceNs);
       const int64_t left = seen_posted != 0 ? seen_posted + timeout - now : slice;
       if (seg_.aborted() || left <= 0) {
         give_up = true;
@@ -626,7 +649,14 @@ void RankExecutor::FollowLoop() {
     const int64_t own_deadline = seen_posted + timeout;
     uint64_t seen = word.load(std::memory_order_acquire);
     bool claimed = false;
-    while (!claimed && (seen >> 2) < index + 1) {
+    while (!claimed && (seen >> 2) < index + 1 && !stop_.load(std::memory_order_acquire)) {
+      if ((seen & 3) == kLeadRunning) {
+        // The leader is completing an earlier led op (this rank's is done):
+        // it finishes without waiting on anyone.
+        ring::FutexWait(word, seen, 100'000);
+        seen = word.load(std::memory_order_acquire);
+        continue;
+      }
       claimed = word.compare_exchange_weak(seen, ((index + 1) << 2) | kLeadDeclined, std::memory_order_acq_rel,
                                            std::memory_order_acquire);
     }

@@ -105,7 +105,10 @@ Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, Bu
 //             op waiting a whole op timeout undecided (the leader's client
 //             never posted), or an abort: it declines the op itself, by the
 //             same compare-and-swap, so exactly one of the two decides.
-enum LeadState : uint64_t { kLeadRunning = 1, kLeadDeclined = 2 };
+//   The word stays "running" until the leader has completed every rank's
+//   op ("finished"): a follower declines a later op only over a finished or
+//   declined one, so a word past a follower's op means that op was declined.
+enum LeadState : uint64_t { kLeadRunning = 1, kLeadDeclined = 2, kLeadFinished = 3 };
 
 // A thread running every op of one rank, in index order, as they are posted.
 class RankExecutor {
