@@ -18,6 +18,10 @@
 # LEADS: --host-lead-max-bytes values to alternate inside each placement
 # (led ops, nineteenth session; empty: the daemon's default); BYTES, MODES.
 #   LEADS="131072 0" PLACEMENTS=free PROCS="8 4 2" ROUNDS=2 bash gpu-bundle/host_placement_probe.sh
+# SAMPLE=1: while each run goes, every busy thread's core (ps -eLo
+# tid,psr,pcpu,comm, threads above 5 % of a core) every 50 ms into
+# $out/placement_samples.txt, headed by the run: where the threads of a slow
+# run sit, beside a fast one's.
 source "$(dirname "$0")/gpu_bundle_env.sh"
 cores=$(nproc) half=$(( $(nproc) / 2 ))
 cat > "$out/pin_wrap.sh" <<'WRAP'
@@ -55,8 +59,19 @@ chmod +x "$out/pin_wrap.sh"
           unset COLLECTIVED_DAEMON_ARGS
           [ "$lead" = default ] || export COLLECTIVED_DAEMON_ARGS="--host-lead-max-bytes $lead"
           echo "## round $round, $n processes, $placement, lead $lead"
+          sampler=
+          if [ -n "${SAMPLE:-}" ]; then
+            echo "## round $round, $n processes, $placement, lead $lead" >> "$out/placement_samples.txt"
+            (while :; do
+               echo "# $(date +%T.%N | cut -c1-12)"
+               ps -eLo tid,psr,pcpu,comm --no-headers | awk '$3 > 5'
+               sleep 0.05
+             done >> "$out/placement_samples.txt") &
+            sampler=$!
+          fi
           timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes "${BYTES:-16384,1048576}" --ops 0 \
             --modes "${MODES:-client,daemon}" 2>&1 | grep -v "^#\|^$"
+          [ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
         done
       done
     done
