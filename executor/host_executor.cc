@@ -272,8 +272,9 @@ bool Disjoint(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_b
 
 // Whether rank 0's executor may run op `index` alone (RankExecutor's led
 // ops): every descriptor matched and valid, every rank's output together
-// small, one within a slot (the scratch), and nothing a negative control or debug hook needs
-// the barriers for. The verdicts of the rest come from ExecuteOp.
+// small, one within a slot (the scratch), and nothing a negative control or
+// debug hook needs the barriers for. The verdicts of the rest come from
+// ExecuteOp.
 bool Leadable(const CommSegment& seg, uint64_t index, const OpDescriptor* const* descs, uint64_t max_bytes) {
   const uint32_t n = seg.world_size();
   const ring::SegmentParams& p = seg.params();

@@ -89,8 +89,9 @@ Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, Bu
                  const std::atomic<bool>* stop, NodeExchange* exchange = nullptr, int64_t deadline_ns = 0);
 
 // Led ops (daemon-executed, one node): ops whose outputs, every rank's
-// together, come to at most `lead_max_bytes` run on rank 0's executor alone, which reads every rank's input in place and
-// writes every rank's output, with no barrier. On a node whose cores are
+// together, come to at most `lead_max_bytes` run on rank 0's executor alone,
+// which reads every rank's input in place and writes every rank's output,
+// with no barrier. On a node whose cores are
 // shared, n executors meeting in barriers pay for every pair that lands on
 // one core (bench/RESULTS.md, "Host backend against Open MPI, now"); one
 // thread does not. Rank 0's control().lead holds what its executor decided
@@ -119,9 +120,9 @@ class RankExecutor {
   // while ops keep coming (so a post never wakes it), and otherwise sleeps
   // until the next post wakes it.
   // `lead_max_bytes` > 0: led ops (above) up to that many output bytes of
-  // every rank together;
-  // every executor of the communicator gets the same value. Needs a resolver
-  // that ResolvesPeers, no exchange and no caller_runs (else ignored).
+  // every rank together; every executor of the communicator gets the same
+  // value. Needs a resolver that ResolvesPeers, no exchange and no
+  // caller_runs (else ignored).
   RankExecutor(ring::CommSegment seg, uint32_t rank, BufferResolver* resolver, NodeExchange* exchange = nullptr,
                bool caller_runs = false, uint64_t lead_max_bytes = 0);
   ~RankExecutor();  // stops
