@@ -388,6 +388,10 @@ void Registry::FormLocked(Comm& comm, Deferred* after) {
     spdlog::info("communicator {} '{}' formed across {} nodes: {} of {} ranks here, daemon-executed (tag {:#x})",
                  comm.id, comm.key, comm.exchange->plan().nodes.size(), comm.world_size, comm.global_world,
                  comm.exchange->plan().comm_tag);
+  } else if (!comm.executors.empty() && comm.world_size > 1 && config_.host_lead_max_bytes > 0) {
+    spdlog::info("communicator {} '{}' formed: {} ranks, daemon-executed, ops of up to {} output bytes (all ranks) "
+                 "led by rank 0's executor",
+                 comm.id, comm.key, comm.world_size, config_.host_lead_max_bytes);
   } else {
     spdlog::info("communicator {} '{}' formed: {} ranks, {}-executed", comm.id, comm.key, comm.world_size,
                  ExecutionModeName(comm.mode));
