@@ -23,6 +23,12 @@ Status PostOp(const CommSegment& seg, uint32_t rank, const OpDescriptor& desc, c
       seg.Abort(s.code(), reason.c_str());
       return Status(s.code(), reason);
     }
+    // The slot's op may have been completed by an executor that failed it
+    // on an abort raised after the check above, while a peer's executor
+    // still reads that op's descriptor (it checked the abort word before the
+    // abort): no slot is written after an abort (executor/host_executor.cc).
+    // The executor aborts before it completes, so this check sees it.
+    COLLECTIVED_RETURN_IF_ERROR(seg.AbortStatus());
   }
   RingSlot& slot = seg.slot(rank, i);
   // The slot's status text still belongs to op i - depth until the executor
