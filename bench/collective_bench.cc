@@ -43,8 +43,9 @@
 //                                        left out, ring::kSkip* (1: none since the fences were cut, 2 descriptor match,
 //                                        4 deadline/abort polls in spins, 8 abort checks, 16 last-block
 //                                        count) and 32 the end barrier; 64 puts the start flag's release
-//                                        fence back (the eighth cut's before); 512 launches each op as a
-//                                        programmatic dependent launch, an experiment; docs/latency.md)
+//                                        fence back (the eighth cut's before); 512 launches each op plainly,
+//                                        not as a programmatic dependent launch (the tenth cut's before;
+//                                        through the daemon: COLLECTIVED_PROGRAMMATIC_LAUNCH=0); docs/latency.md)
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -450,9 +450,9 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
   }
 }
 
-// Under a programmatic dependent launch (kBenchProgrammaticLaunch), waits
-// until the grids this one depends on completed and their writes are
-// visible; without one it returns at once.
+// Under a programmatic dependent launch (the op launchers' default where the
+// device and the build allow it), waits until the grids this one depends on
+// completed and their writes are visible; without one it returns at once.
 __device__ __forceinline__ void GridDependencyWait() {
 #if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -465,7 +465,9 @@ __device__ __forceinline__ void GridDependencyWait() {
 // peers' outputs (EndBarrier).
 template <bool kPushesReduced = false, typename Data>
 __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
-  if ((a.bench_skip & kBenchProgrammaticLaunch) != 0) GridDependencyWait();
+  // Before the first read or write of anything: the op before this one on
+  // the stream may still be running.
+  if ((a.bench_skip & kBenchPlainLaunch) == 0) GridDependencyWait();
   uint64_t gen = 0;
   bool synced = true;  // BeginOp and Barrier end in a bar.sync
   bool fenced = false;

@@ -123,14 +123,15 @@ constexpr uint32_t kBenchStartRelease = 64;
 // descriptor would be taken.
 constexpr uint32_t kDelayDescriptorWords = 128;
 constexpr uint32_t kIgnoreDescriptorTags = 256;
-// 512 (bench only, an experiment not yet measured): the data kernels'
-// launchers launch the op as a programmatic dependent launch (Hopper and
-// later; a plain launch on HIP), and the kernel waits for the grids before
-// it (griddepcontrol.wait) before it reads anything. With no explicit
-// trigger, its blocks are placed once every block of the kernel before it
-// has exited: part of the gap at the kernel boundary is hidden, and no block
-// of the op before waits for a slot (docs/latency.md, "The 16-64 MiB range").
-constexpr uint32_t kBenchProgrammaticLaunch = 512;
+// 512 (bench and tests only): the data kernels' launchers launch the op
+// plainly where they would launch it as a programmatic dependent launch, and
+// the kernel skips its wait for the grids before it: the launch as before the
+// tenth cut, to time it in the same run (docs/latency.md, "The tenth cut").
+// Where a programmatic launch is possible (ProgrammaticLaunches() in
+// kernels/device/device_collectives.h), an op kernel's blocks may be placed
+// before the kernel before it on the stream has finished, and the kernel
+// waits for that grid (griddepcontrol.wait) before it reads anything.
+constexpr uint32_t kBenchPlainLaunch = 512;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

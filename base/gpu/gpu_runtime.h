@@ -46,6 +46,7 @@ inline hipError_t gpuDeviceUsesMps(int, int* mps) {
 #define gpuDeviceGetAttribute hipDeviceGetAttribute
 #define gpuDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define gpuDevAttrL2CacheSize hipDeviceAttributeL2CacheSize
+#define gpuDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
 #define gpuGetDevice hipGetDevice
 #define gpuHalfToFloat __half2float
 #define gpuFloatToHalf __float2half_rn
@@ -138,6 +139,7 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuDeviceGetAttribute cudaDeviceGetAttribute
 #define gpuDevAttrMultiProcessorCount cudaDevAttrMultiProcessorCount
 #define gpuDevAttrL2CacheSize cudaDevAttrL2CacheSize
+#define gpuDevAttrComputeCapabilityMajor cudaDevAttrComputeCapabilityMajor
 #define gpuGetDevice cudaGetDevice
 #define gpuHalfToFloat __half2float
 #define gpuFloatToHalf __float2half_rn

@@ -2,6 +2,8 @@
 
 #include "kernels/device/device_reduce.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "base/gpu/gpu_check.h"
@@ -10,6 +12,10 @@
 
 namespace collectived::device {
 namespace {
+
+// Devices whose programmatic-launch answer is kept (ProgrammaticLaunches);
+// a device numbered past them launches plainly.
+constexpr int kMaxDevicesAsked = 64;
 
 using ring::Barrier;
 using ring::BeginOp;
@@ -356,15 +362,16 @@ bool ExceedsL2(uint64_t bytes) {
   return bytes > static_cast<uint64_t>(l2);
 }
 
-// Launches one of the op kernels (those that run RunOp) on `stream`. Under
-// the bench bit ring::kBenchProgrammaticLaunch, as a programmatic dependent
-// launch (CUDA only; RunOp then waits for the grids before it first).
-// Errors surface through gpuGetLastError, as a <<<>>> launch's do.
+// Launches one of the op kernels (those that run RunOp) on `stream`: as a
+// programmatic dependent launch where ProgrammaticLaunches() (RunOp then
+// waits for the grids before it first), unless the bench bit
+// ring::kBenchPlainLaunch asks for a plain one. Errors surface through
+// gpuGetLastError, as a <<<>>> launch's do.
 template <typename... Params, typename... Args>
 void LaunchOpKernel(void (*kernel)(Params...), uint32_t blocks, gpuStream_t stream, const DeviceRankArgs& a,
                     const Args&... args) {
 #if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
-  if ((a.bench_skip & ring::kBenchProgrammaticLaunch) != 0) {
+  if ((a.bench_skip & ring::kBenchPlainLaunch) == 0 && ProgrammaticLaunches()) {
     cudaLaunchAttribute attr[1] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -415,6 +422,38 @@ Status PreloadKernels() {
     }
   }
   return Status::Ok();
+}
+
+bool ProgrammaticLaunches() {
+#if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  return false;
+#else
+  // Per device, asked once: 0 unknown, 1 no, 2 yes.
+  static std::atomic<uint8_t> known[kMaxDevicesAsked] = {};
+  int device = 0;
+  if (gpuGetDevice(&device) != gpuSuccess || device < 0 || device >= static_cast<int>(kMaxDevicesAsked)) {
+    (void)gpuGetLastError();
+    return false;
+  }
+  uint8_t k = known[device].load(std::memory_order_relaxed);
+  if (k == 0) {
+    // The device must run programmatic launches (compute capability 9.0 on)
+    // and the kernels' code must hold the wait: it is compiled only for
+    // __CUDA_ARCH__ >= 900, so code JIT-compiled from older PTX has none.
+    // COLLECTIVED_PROGRAMMATIC_LAUNCH=0 turns them off (docs/operating.md).
+    const char* env = std::getenv("COLLECTIVED_PROGRAMMATIC_LAUNCH");
+    const bool off = env != nullptr && std::string(env) == "0";
+    int major = 0;
+    cudaFuncAttributes fa = {};
+    const bool yes = !off && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                     major >= 9 && cudaFuncGetAttributes(&fa, OneShotKernel<float, ReduceOp::kSum>) == cudaSuccess &&
+                     fa.ptxVersion >= 90;
+    (void)cudaGetLastError();
+    k = yes ? 2 : 1;
+    known[device].store(k, std::memory_order_relaxed);
+  }
+  return k == 2;
+#endif
 }
 
 Status LaunchDelay(uint64_t ns, gpuStream_t stream) {

@@ -69,6 +69,15 @@ struct DeviceRankArgs : ring::DeviceOpArgs {
 // the first collective.
 Status PreloadKernels();
 
+// Whether the op launchers launch on the current device as programmatic
+// dependent launches: the device has compute capability 9.0 or later and the
+// kernels' code holds their wait for the grid before them (built for
+// sm_90 or later). Such a launch lets the op's blocks be placed while the
+// kernel before it on the stream ends; the op reads nothing before that
+// kernel has completed and its writes are visible. Asked once per device;
+// the environment's COLLECTIVED_PROGRAMMATIC_LAUNCH=0 makes it false.
+bool ProgrammaticLaunches();
+
 // In place (inputs[k] == outputs[k]) always runs two-shot push: one-shot
 // would overwrite an input a peer is still reading. INVALID_ARGUMENT for
 // buffers that partially overlap.

@@ -716,66 +716,77 @@ TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
 // (event after post, then the wait kernel) and must see the copied-out data.
 // A negative control that waits only for the post reads before the copy-out:
 // it must see stale data, or the race window was never open.
-// The bench bit kBenchProgrammaticLaunch (an experiment): each op launched as
-// a programmatic dependent launch must still read what the op before it on
-// the same stream wrote. In-place all-reduces back to back, eagerly and
-// replayed from a graph, each one's input the one before's output: after m
-// ops every element is n^(m-1) times the first op's sum, exact in float32.
+// Op kernels launched as programmatic dependent launches (the default on
+// compute capability 9.0 and later) must still read what the op before them
+// on the same stream wrote; so must plain launches (kBenchPlainLaunch). In-place
+// all-reduces back to back, eagerly and replayed from a graph, each one's
+// input the one before's output: after m ops every element is n^(m-1) times
+// the first op's sum, exact in float32.
 TEST(DeviceCollectivesTest, ProgrammaticLaunchOpsReadTheOpBeforeThem) {
   REQUIRE_GPU();
-  for (uint32_t n : {2u, 8u}) {
-    for (uint64_t count : {uint64_t{4096}, uint64_t{1} << 20}) {
-      VirtualRanks vr;
-      ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
-      vr.SetSingleLaunch(true);
-      vr.SetBenchSkip(ring::kBenchProgrammaticLaunch);
-      std::vector<float> host(count);
-      auto fill = [&] {  // (r + 1) * (j % 7 + 1), in place: into the outputs
+  int device = 0, major = 0;
+  ASSERT_EQ(gpuGetDevice(&device), gpuSuccess);
+  ASSERT_EQ(gpuDeviceGetAttribute(&major, gpuDevAttrComputeCapabilityMajor, device), gpuSuccess);
+#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
+  // This build's kernels are sm_90 code: a Hopper or later card must get them.
+  EXPECT_EQ(ProgrammaticLaunches(), major >= 9);
+#endif
+  for (uint32_t launch : {0u, ring::kBenchPlainLaunch}) {
+    for (uint32_t n : {2u, 8u}) {
+      for (uint64_t count : {uint64_t{4096}, uint64_t{1} << 20}) {
+        SCOPED_TRACE(launch == 0 ? "default launch" : "plain launch");
+        VirtualRanks vr;
+        ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
+        vr.SetSingleLaunch(true);
+        vr.SetBenchSkip(launch);
+        std::vector<float> host(count);
+        auto fill = [&] {  // (r + 1) * (j % 7 + 1), in place: into the outputs
+          for (uint32_t r = 0; r < n; ++r) {
+            for (uint64_t j = 0; j < count; ++j) host[j] = static_cast<float>((r + 1) * (j % 7 + 1));
+            ASSERT_EQ(gpuMemcpy(vr.out(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
+          }
+        };
+        auto check = [&](uint32_t ops, const char* what) {
+          ASSERT_EQ(vr.Error(), kDeviceOk) << what;
+          double scale = n * (n + 1) / 2.0;
+          for (uint32_t i = 1; i < ops; ++i) scale *= n;
+          for (uint32_t r = 0; r < n; ++r) {
+            ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
+            uint64_t wrong = 0;
+            for (uint64_t j = 0; j < count; ++j) wrong += host[j] != static_cast<float>(scale * (j % 7 + 1));
+            ASSERT_EQ(wrong, 0u) << what << ": n=" << n << " count=" << count << " rank " << r;
+          }
+        };
+        const auto run = [&] {
+          return vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, true,
+                              BlocksFor(n));
+        };
+        fill();
+        for (int i = 0; i < 3; ++i) ASSERT_TRUE(run().ok());
+        ASSERT_TRUE(vr.Sync().ok());
+        check(3, "eager");
+        // Three ops per rank in one graph each, replayed twice: six ops.
+        std::vector<gpuGraphExec_t> execs(n);
         for (uint32_t r = 0; r < n; ++r) {
-          for (uint64_t j = 0; j < count; ++j) host[j] = static_cast<float>((r + 1) * (j % 7 + 1));
-          ASSERT_EQ(gpuMemcpy(vr.out(r), host.data(), count * 4, gpuMemcpyHostToDevice), gpuSuccess);
+          gpuGraph_t graph;
+          ASSERT_EQ(gpuStreamBeginCapture(vr.stream(r), gpuStreamCaptureModeThreadLocal), gpuSuccess);
+          for (int i = 0; i < 3; ++i) {
+            ASSERT_TRUE(vr.AllReduceOn(r, DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count,
+                                       true, BlocksFor(n))
+                            .ok());
+          }
+          ASSERT_EQ(gpuStreamEndCapture(vr.stream(r), &graph), gpuSuccess);
+          ASSERT_EQ(gpuGraphInstantiate(&execs[r], graph), gpuSuccess);
+          gpuGraphDestroy(graph);
         }
-      };
-      auto check = [&](uint32_t ops, const char* what) {
-        ASSERT_EQ(vr.Error(), kDeviceOk) << what;
-        double scale = n * (n + 1) / 2.0;
-        for (uint32_t i = 1; i < ops; ++i) scale *= n;
-        for (uint32_t r = 0; r < n; ++r) {
-          ASSERT_EQ(gpuMemcpy(host.data(), vr.out(r), count * 4, gpuMemcpyDeviceToHost), gpuSuccess);
-          uint64_t wrong = 0;
-          for (uint64_t j = 0; j < count; ++j) wrong += host[j] != static_cast<float>(scale * (j % 7 + 1));
-          ASSERT_EQ(wrong, 0u) << what << ": n=" << n << " count=" << count << " rank " << r;
+        fill();
+        for (int rep = 0; rep < 2; ++rep) {
+          for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(execs[r], vr.stream(r)), gpuSuccess);
         }
-      };
-      const auto run = [&] {
-        return vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count, true,
-                            BlocksFor(n));
-      };
-      fill();
-      for (int i = 0; i < 3; ++i) ASSERT_TRUE(run().ok());
-      ASSERT_TRUE(vr.Sync().ok());
-      check(3, "eager");
-      // Three ops per rank in one graph each, replayed twice: six ops.
-      std::vector<gpuGraphExec_t> execs(n);
-      for (uint32_t r = 0; r < n; ++r) {
-        gpuGraph_t graph;
-        ASSERT_EQ(gpuStreamBeginCapture(vr.stream(r), gpuStreamCaptureModeThreadLocal), gpuSuccess);
-        for (int i = 0; i < 3; ++i) {
-          ASSERT_TRUE(vr.AllReduceOn(r, DataType::kFloat32, ReduceOp::kSum, DeviceAlgorithm::kTwoShotPush, count,
-                                     true, BlocksFor(n))
-                          .ok());
-        }
-        ASSERT_EQ(gpuStreamEndCapture(vr.stream(r), &graph), gpuSuccess);
-        ASSERT_EQ(gpuGraphInstantiate(&execs[r], graph), gpuSuccess);
-        gpuGraphDestroy(graph);
+        ASSERT_TRUE(vr.Sync().ok());
+        check(6, "graph replay");
+        for (auto e : execs) gpuGraphExecDestroy(e);
       }
-      fill();
-      for (int rep = 0; rep < 2; ++rep) {
-        for (uint32_t r = 0; r < n; ++r) ASSERT_EQ(gpuGraphLaunch(execs[r], vr.stream(r)), gpuSuccess);
-      }
-      ASSERT_TRUE(vr.Sync().ok());
-      check(6, "graph replay");
-      for (auto e : execs) gpuGraphExecDestroy(e);
     }
   }
 }

@@ -3,7 +3,7 @@
 # alternated, graph-replayed single launches, each element checked where
 # CHECK=1. "old" is bin/collective-bench-old (make_gpu_bundle.sh OLD_BENCH=)
 # where the bundle has one, else bin/collective-bench; OLD_ARGS and NEW_ARGS
-# are extra flags for each side (a bench bit against none: OLD_ARGS= NEW_ARGS="-S 512").
+# are extra flags for each side (a bench bit against none: OLD_ARGS="-S 512" NEW_ARGS=, plain launches against programmatic ones).
 # Outputs under $OUT (ab_inproc.txt).
 #   OPS="all_reduce all_gather" RANKS="2 4 8" B=16M E=64M ROUNDS=2 bash gpu-bundle/ab_inproc_probe.sh
 # (the eighteenth session's streaming loads and stores: B=16M E=64M, then
