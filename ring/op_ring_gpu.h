@@ -132,10 +132,6 @@ constexpr uint32_t kIgnoreDescriptorTags = 256;
 // before the kernel before it on the stream has finished, and the kernel
 // waits for that grid (griddepcontrol.wait) before it reads anything.
 constexpr uint32_t kBenchPlainLaunch = 512;
-// 1024 (bench only): pushed all-gathers store streaming even where every
-// rank's output together fits in the L2 and they would store plainly (the
-// caching before the eleventh cut; docs/latency.md).
-constexpr uint32_t kBenchStreamGatherStores = 1024;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

@@ -182,36 +182,18 @@ struct CopyType<8> { using T = uint64_t; };
 
 constexpr uint32_t kSkipNone = UINT32_MAX;
 
-// Where a pushed all-gather's accesses leave the L2 (GatherCachingFor).
-enum class GatherCaching : uint8_t {
-  kPlain,          // every rank's output together fits in the L2
-  kStreamStores,   // the outputs do not, every rank's input together does
-  kStreamAll,      // neither: loads stream too
-};
-
 // Copies `packs` 16-byte packs of `in` to byte offset `at` of each of the
 // `nout` outputs but output `skip` (in place: the input already is its chunk
 // there, so writing it again is traffic for nothing). Loads of kCopyUnroll
 // packs are issued before any store, for the same reason as in ReduceRange.
-// Outputs are written once and not read back by this kernel. kStreamStores:
-// streaming stores, which keep them from pushing the inputs, read by every
-// rank, out of L2; where every rank's output together fits in the L2, plain
-// stores let the whole op stay there, as a lone copy of that size does
-// (GatherCaching). kReadOnce: the unrolled loop's loads stream too, where no other rank
+// Outputs are written once and not read back by this kernel: streaming
+// stores, which keep them from pushing the inputs, read by every rank, out of
+// L2. kReadOnce: the unrolled loop's loads stream too, where no other rank
 // reads `in` in this op (push, fused) and the op's inputs could not stay in
 // L2 anyway (ExceedsL2): a small input, which a producer kernel just wrote,
 // is an L2 hit (measured on the H100: 16 MiB all-gathers 2-7 % slower with
 // them, 64 MiB 0.4-4 % faster; docs/latency.md, "The 16-64 MiB range").
-template <bool kStreamStores>
-__device__ __forceinline__ void StoreOut(uint4* p, const uint4& v) {
-  if constexpr (kStreamStores) {
-    StoreStreaming(p, v);
-  } else {
-    *p = v;
-  }
-}
-
-template <bool kReadOnce, bool kStreamStores>
+template <bool kReadOnce>
 __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at,
                                uint32_t skip) {
   constexpr int kCopyUnroll = 8;
@@ -228,22 +210,21 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
       if (j == skip) continue;
       uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
 #pragma unroll
-      for (int u = 0; u < kCopyUnroll; ++u) StoreOut<kStreamStores>(out + p + u * nthreads, v[u]);
+      for (int u = 0; u < kCopyUnroll; ++u) StoreStreaming(out + p + u * nthreads, v[u]);
     }
   }
   for (; p < packs; p += nthreads) {
     const uint4 v = in[p];
     for (uint32_t j = 0; j < nout; ++j) {
-      if (j != skip) StoreOut<kStreamStores>(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
+      if (j != skip) StoreStreaming(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
     }
   }
 }
 
 // Copies `count` elements of `in` to element `at` of each of the `nout`
 // outputs with the grid (16-byte packs when `vec`). An output that `in`
-// already is (in place) is not written again. kReadOnce, kStreamStores: see
-// BroadcastPacks.
-template <typename T, bool kReadOnce, bool kStreamStores = true>
+// already is (in place) is not written again. kReadOnce: see BroadcastPacks.
+template <typename T, bool kReadOnce>
 __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs, uint32_t nout, uint64_t at,
                                   bool vec) {
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -255,7 +236,7 @@ __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs
   uint64_t scalar_begin = 0;
   if (vec) {
     constexpr uint64_t kN = 16 / sizeof(T);
-    BroadcastPacks<kReadOnce, kStreamStores>(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T), skip);
+    BroadcastPacks<kReadOnce>(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T), skip);
     scalar_begin = count / kN * kN;
   }
   for (uint64_t i = scalar_begin + tid; i < count; i += nthreads) {
@@ -294,14 +275,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
-    AllGatherPushKernel(DeviceRankArgs a, bool vec, GatherCaching caching) {
+    AllGatherPushKernel(DeviceRankArgs a, bool vec, bool stream_inputs) {
   RunOp(a, [&] {
     const T* in = static_cast<const T*>(a.inputs[a.rank]);
-    const uint64_t at = a.rank * a.count;
-    switch (caching) {
-      case GatherCaching::kPlain: BroadcastElements<T, false, false>(in, a.count, a.outputs, a.world, at, vec); break;
-      case GatherCaching::kStreamStores: BroadcastElements<T, false>(in, a.count, a.outputs, a.world, at, vec); break;
-      default: BroadcastElements<T, true>(in, a.count, a.outputs, a.world, at, vec); break;
+    if (stream_inputs) {
+      BroadcastElements<T, true>(in, a.count, a.outputs, a.world, a.rank * a.count, vec);
+    } else {
+      BroadcastElements<T, false>(in, a.count, a.outputs, a.world, a.rank * a.count, vec);
     }
   });
 }
@@ -406,21 +386,6 @@ void LaunchOpKernel(void (*kernel)(Params...), uint32_t blocks, gpuStream_t stre
   }
 #endif
   kernel<<<blocks, kThreads, 0, stream>>>(a, args...);
-}
-
-// A pushed all-gather's caching: plain where every rank's output together
-// (the op's whole footprint, inputs in place included) fits in the L2, so
-// ops replayed back to back stay there as a lone copy of that size does;
-// streaming stores past that, and streaming loads too past the inputs' fit.
-// The bench bit ring::kBenchStreamGatherStores keeps streaming stores where
-// they would be plain (the caching before the eleventh cut).
-GatherCaching GatherCachingFor(const DeviceRankArgs& a, size_t es) {
-  const uint64_t inputs = uint64_t{a.world} * a.count * es;
-  if (ExceedsL2(inputs)) return GatherCaching::kStreamAll;
-  if ((a.bench_skip & ring::kBenchStreamGatherStores) != 0 || ExceedsL2(inputs * a.world)) {
-    return GatherCaching::kStreamStores;
-  }
-  return GatherCaching::kPlain;
 }
 
 bool AllAligned(const DeviceRankArgs& a) {
@@ -608,18 +573,18 @@ Status LaunchAllGather(DataType dtype, const DeviceRankArgs& args, uint32_t bloc
   const size_t es = DataTypeSize(dtype);
   const bool vec = AllAligned(args) && (args.count * es) % 16 == 0;
   const bool push = algo == GatherAlgorithm::kPush;
-  const GatherCaching caching = push ? GatherCachingFor(args, es) : GatherCaching::kStreamStores;
+  const bool si = push && ExceedsL2(uint64_t{args.world} * args.count * es);  // the inputs
   switch (es) {
     case 2:
-      push ? LaunchOpKernel(AllGatherPushKernel<uint16_t>, blocks, stream, args, vec, caching)
+      push ? LaunchOpKernel(AllGatherPushKernel<uint16_t>, blocks, stream, args, vec, si)
            : LaunchOpKernel(AllGatherPullKernel<uint16_t>, blocks, stream, args, vec);
       break;
     case 4:
-      push ? LaunchOpKernel(AllGatherPushKernel<uint32_t>, blocks, stream, args, vec, caching)
+      push ? LaunchOpKernel(AllGatherPushKernel<uint32_t>, blocks, stream, args, vec, si)
            : LaunchOpKernel(AllGatherPullKernel<uint32_t>, blocks, stream, args, vec);
       break;
     default:
-      push ? LaunchOpKernel(AllGatherPushKernel<uint64_t>, blocks, stream, args, vec, caching)
+      push ? LaunchOpKernel(AllGatherPushKernel<uint64_t>, blocks, stream, args, vec, si)
            : LaunchOpKernel(AllGatherPullKernel<uint64_t>, blocks, stream, args, vec);
       break;
   }
