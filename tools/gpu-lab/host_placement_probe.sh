@@ -21,7 +21,8 @@
 # SAMPLE=1: while each run goes, every busy thread's core (ps -eLo
 # tid,psr,pcpu,comm, threads above 5 % of a core) every 50 ms into
 # $out/placement_samples.txt, headed by the run: where the threads of a slow
-# run sit, beside a fast one's.
+# run sit, beside a fast one's; and the context switches so far (voluntary,
+# involuntary) summed per thread name, "ctx NAME V N": futex sleeps per op.
 source "$(dirname "$0")/gpu_bundle_env.sh"
 cores=$(nproc) half=$(( $(nproc) / 2 ))
 cat > "$out/pin_wrap.sh" <<'WRAP'
@@ -65,6 +66,13 @@ chmod +x "$out/pin_wrap.sh"
             (while :; do
                echo "# $(date +%T.%N | cut -c1-12)"
                ps -eLo tid,psr,pcpu,comm --no-headers | awk '$3 > 5'
+               # Context switches so far, summed per thread name over the
+               # daemon and the clients: a futex sleep is a voluntary one.
+               # (cat: a thread that ended meanwhile is skipped, not fatal.)
+               # shellcheck disable=SC2046  # one path list per process
+               cat $(for p in $(pgrep -f 'bin/collectived|collectived-host-bench'); do echo /proc/"$p"/task/*/status; done) \
+                 2>/dev/null | awk '/^Name:/{c=$2} /^voluntary_ctxt/{v[c]+=$2} /^nonvoluntary_ctxt/{n[c]+=$2}
+                                    END{for (c in v) printf "ctx %s %d %d\n", c, v[c], n[c]}'
                sleep 0.05
              done >> "$out/placement_samples.txt") &
             sampler=$!
