@@ -13,10 +13,6 @@
 namespace collectived::device {
 namespace {
 
-// Devices whose programmatic-launch answer is kept (ProgrammaticLaunches);
-// a device numbered past them launches plainly.
-constexpr int kMaxDevicesAsked = 64;
-
 using ring::Barrier;
 using ring::BeginOp;
 using ring::EndBarrier;
@@ -428,7 +424,9 @@ bool ProgrammaticLaunches() {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
   return false;
 #else
-  // Per device, asked once: 0 unknown, 1 no, 2 yes.
+  // Per device, asked once: 0 unknown, 1 no, 2 yes. A device numbered
+  // past these launches plainly.
+  constexpr int kMaxDevicesAsked = 64;
   static std::atomic<uint8_t> known[kMaxDevicesAsked] = {};
   int device = 0;
   if (gpuGetDevice(&device) != gpuSuccess || device < 0 || device >= static_cast<int>(kMaxDevicesAsked)) {
@@ -445,10 +443,13 @@ bool ProgrammaticLaunches() {
     const bool off = env != nullptr && std::string(env) == "0";
     int major = 0;
     cudaFuncAttributes fa = {};
-    const bool yes = !off && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                     major >= 9 && cudaFuncGetAttributes(&fa, OneShotKernel<float, ReduceOp::kSum>) == cudaSuccess &&
-                     fa.ptxVersion >= 90;
-    (void)cudaGetLastError();
+    bool yes = !off;
+    if (yes && (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+                cudaFuncGetAttributes(&fa, OneShotKernel<float, ReduceOp::kSum>) != cudaSuccess)) {
+      (void)cudaGetLastError();  // a failed query means plain launches; the launch's own check must not see it
+      yes = false;
+    }
+    yes = yes && major >= 9 && fa.ptxVersion >= 90;
     k = yes ? 2 : 1;
     known[device].store(k, std::memory_order_relaxed);
   }
