@@ -502,6 +502,32 @@ void RankExecutor::RunReadyLocked(uint64_t index) {
   }
 }
 
+namespace {
+
+// Sets the lead word to `state` for op `index` unless it already speaks for
+// that op or a later one: true when this thread decided the op. A running
+// word (the leader completing an earlier led op, which it finishes without
+// waiting on anyone) is waited out first, so no op is ever declined over
+// one. Only the leader writes "running", and never while it claims, so
+// the leader's own claim never waits. `stop` (optional) ends the attempt.
+bool ClaimLeadWord(std::atomic<uint64_t>& word, uint64_t index, LeadState state, const std::atomic<bool>* stop) {
+  uint64_t seen = word.load(std::memory_order_acquire);
+  while ((seen >> 2) < index + 1 && (stop == nullptr || !stop->load(std::memory_order_acquire))) {
+    if ((seen & 3) == kLeadRunning) {
+      ring::FutexWait(word, seen, 100'000);
+      seen = word.load(std::memory_order_acquire);
+      continue;
+    }
+    if (word.compare_exchange_weak(seen, ((index + 1) << 2) | state, std::memory_order_acq_rel,
+                                   std::memory_order_acquire)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Status RankExecutor::LeadOp(uint64_t index) {
   const uint32_t n = seg_.world_size();
   const int64_t deadline = ring::NowNs() + static_cast<int64_t>(seg_.params().op_timeout_ns);
@@ -515,12 +541,7 @@ Status RankExecutor::LeadOp(uint64_t index) {
   // No led op after an abort: ExecuteOp fails it on every rank.
   lead = lead && !seg_.aborted() && Leadable(seg_, index, descs.data(), lead_max_bytes_);
   std::atomic<uint64_t>& word = seg_.control(0).lead.value;
-  const uint64_t decided = ((index + 1) << 2) | (lead ? kLeadRunning : kLeadDeclined);
-  uint64_t seen = word.load(std::memory_order_acquire);
-  bool claimed = false;
-  while (!claimed && (seen >> 2) < index + 1) {
-    claimed = word.compare_exchange_weak(seen, decided, std::memory_order_acq_rel, std::memory_order_acquire);
-  }
+  const bool claimed = ClaimLeadWord(word, index, lead ? kLeadRunning : kLeadDeclined, nullptr);
   if (!claimed || !lead) {
     // Declined here or by a follower that gave up waiting: every rank runs it.
     if (claimed) ring::WakeWaiters(word);
@@ -648,20 +669,7 @@ void RankExecutor::FollowLoop() {
     // Aborted before this rank posted: its op fails as soon as it is posted.
     if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
     const int64_t own_deadline = seen_posted + timeout;
-    uint64_t seen = word.load(std::memory_order_acquire);
-    bool claimed = false;
-    while (!claimed && (seen >> 2) < index + 1 && !stop_.load(std::memory_order_acquire)) {
-      if ((seen & 3) == kLeadRunning) {
-        // The leader is completing an earlier led op (this rank's is done):
-        // it finishes without waiting on anyone.
-        ring::FutexWait(word, seen, 100'000);
-        seen = word.load(std::memory_order_acquire);
-        continue;
-      }
-      claimed = word.compare_exchange_weak(seen, ((index + 1) << 2) | kLeadDeclined, std::memory_order_acq_rel,
-                                           std::memory_order_acquire);
-    }
-    if (!claimed) continue;  // the leader decided first
+    if (!ClaimLeadWord(word, index, kLeadDeclined, &stop_)) continue;  // the leader decided first
     ring::WakeWaiters(word);
     RunDeclined(index, seg_.aborted() || seen_posted == 0 ? 0 : own_deadline);
     last_ran = ring::NowNs();
