@@ -711,11 +711,6 @@ TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
   }
 }
 
-// Seed bug 1 (DeepEP): completion must cover the epilogue. Rank 0's op ends
-// with a delayed copy-out; readers on two other streams wait on the handle
-// (event after post, then the wait kernel) and must see the copied-out data.
-// A negative control that waits only for the post reads before the copy-out:
-// it must see stale data, or the race window was never open.
 // Op kernels launched as programmatic dependent launches (the default on
 // compute capability 9.0 and later) must still read what the op before them
 // on the same stream wrote; so must plain launches (kBenchPlainLaunch). In-place
@@ -791,6 +786,11 @@ TEST(DeviceCollectivesTest, ProgrammaticLaunchOpsReadTheOpBeforeThem) {
   }
 }
 
+// Seed bug 1 (DeepEP): completion must cover the epilogue. Rank 0's op ends
+// with a delayed copy-out; readers on two other streams wait on the handle
+// (event after post, then the wait kernel) and must see the copied-out data.
+// A negative control that waits only for the post reads before the copy-out:
+// it must see stale data, or the race window was never open.
 TEST(DeviceCollectivesTest, CrossStreamWaitsCoverADelayedEpilogue) {
   REQUIRE_GPU();
   const uint32_t n = 2;
