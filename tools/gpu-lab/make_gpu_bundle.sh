@@ -49,7 +49,11 @@ cp "$root"/tools/gpu-lab/*.sh "$root"/bench/gpu_baseline.sh "$root"/bench/run_ho
 for component in libcollectived-client libcollectived-dev; do
   cmake --install "$root"/build --prefix "$out"/python-prefix --component "$component" > /dev/null
 done
-strip --strip-debug "$out"/python-prefix/lib/*.so.*.*
+# The same library is in lib/ (packed above): a link, not a second 7 MB copy,
+# keeps the bundle inside the carry limit.
+for so in "$out"/python-prefix/lib/libcollectived_client.so.*.*; do
+  [ -f "$out"/lib/libcollectived_client.so.0 ] && ln -sf ../../lib/libcollectived_client.so.0 "$so"
+done
 if [ -n "${SLIM:-}" ]; then
   for b in daemon_unit_test client_unit_test ring_test host_executor_test collectived_intruder host_kernels_test \
     cluster_test daemon_test shm_window_test cumem_window_test multinode_test nccl_unit_test membership_test; do
