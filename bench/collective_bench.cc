@@ -45,7 +45,9 @@
 //                                        count) and 32 the end barrier; 64 puts the start flag's release
 //                                        fence back (the eighth cut's before); 512 launches each op plainly,
 //                                        not as a programmatic dependent launch (the tenth cut's before;
-//                                        through the daemon: COLLECTIVED_PROGRAMMATIC_LAUNCH=0); docs/latency.md)
+//                                        through the daemon: COLLECTIVED_PROGRAMMATIC_LAUNCH=0); 1024 has no
+//                                        op place the next one's blocks early (the eleventh cut's before);
+//                                        docs/latency.md)
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -459,6 +459,17 @@ __device__ __forceinline__ void GridDependencyWait() {
 #endif
 }
 
+// Lets the grid after this one on the stream, where it was launched as a
+// programmatic dependent launch, be placed once every block of this grid has
+// called this (or exited); it still waits for this grid to complete
+// (GridDependencyWait) before it reads anything. Without a dependent launch
+// it does nothing.
+__device__ __forceinline__ void GridDependentsLaunch() {
+#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // One rank's op around its data movement `data`: start barrier, data, end
 // barrier, and the completion, which every block reaches on every path.
 // kPushesReduced: `data` writes what it reduced from peers' inputs into
@@ -472,6 +483,14 @@ __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
   bool synced = true;  // BeginOp and Barrier end in a bar.sync
   bool fenced = false;
   if (BeginOp(a, &gen) && Barrier(a, 0, gen)) {
+    // The next op's blocks may now be placed beside this op's, to wait for
+    // its end there instead of being launched after it (docs/latency.md,
+    // the eleventh cut). Not before the start barrier: past it every block
+    // of this op, on every rank, is resident, so blocks placed early cannot
+    // keep a peer's block of this op from the slot its barrier needs; and a
+    // block of the next op holds its slot only until this op, which needs
+    // no more slots, ends.
+    if ((a.bench_skip & kBenchLateTrigger) == 0) GridDependentsLaunch();
     data();
     fenced = EndBarrier(a, gen, kPushesReduced) && !a.unsafe_skip_end_barrier;
     synced = !a.unsafe_skip_end_barrier;

@@ -132,6 +132,11 @@ constexpr uint32_t kIgnoreDescriptorTags = 256;
 // before the kernel before it on the stream has finished, and the kernel
 // waits for that grid (griddepcontrol.wait) before it reads anything.
 constexpr uint32_t kBenchPlainLaunch = 512;
+// 1024 (bench and tests only): the op's blocks do not trigger the launch of
+// the op after them (griddepcontrol.launch_dependents, RunOp) once they are
+// past the start barrier; the next op's blocks are then placed only as this
+// op's exit, as in the tenth cut (docs/latency.md, "The eleventh cut").
+constexpr uint32_t kBenchLateTrigger = 1024;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.
