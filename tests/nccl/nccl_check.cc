@@ -5,7 +5,7 @@
 // PASS or the first failure; the exit status says the same.
 //
 //   nccl_check --mode ops|graph|split|nonblocking|abort|kill|initall --dir DIR
-//              [--rank R --world N] [--max-bytes B]
+//              [--rank R --world N] [--max-bytes B] [--watchdog-s S]
 //   nccl_check --mode bench --dir DIR [--bytes 16384,1048576] [--zero-copy 0|1]
 //
 // --mode bench times ncclAllReduce (float32 sum, out of place) as
@@ -16,6 +16,10 @@
 //
 // DIR is where rank 0 leaves the ncclUniqueId for the others (one machine).
 // Ranks under mpirun take R and N from Open MPI's environment.
+//
+// --watchdog-s S: a rank still running after S seconds prints the step it is
+// in (Step) and exits 4, so a stuck rank ends its mpirun with where it
+// stuck, not in silence until the caller's timeout.
 #include <cuda_runtime.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -45,6 +49,10 @@ int g_rank = 0, g_world = 1;
 std::string g_dir;
 uint64_t g_max_bytes = 256ull << 20;
 uint64_t g_checks = 0;
+
+// The step this rank is in, for the watchdog (a string literal).
+std::atomic<const char*> g_step{"start"};
+void Step(const char* what) { g_step.store(what, std::memory_order_relaxed); }
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "FAIL rank %d: %s\n", g_rank, what.c_str());
@@ -405,9 +413,12 @@ void ModeGraph() {
 
 // ncclCommSplit by parity, then a sum in each half.
 void ModeSplit() {
+  Step("split: ncclCommInitRank of the parent");
   ncclComm_t comm = InitComm("split");
   ncclComm_t half = nullptr, none = nullptr;
+  Step("split: ncclCommSplit by parity");
   NCCL_OK(ncclCommSplit(comm, g_rank % 2, -g_rank, &half, nullptr));  // key -rank: reversed order
+  Step("split: ncclCommSplit with NCCL_SPLIT_NOCOLOR");
   NCCL_OK(ncclCommSplit(comm, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr));
   if (none != nullptr) Die("NCCL_SPLIT_NOCOLOR gave a communicator");
   int n = 0, r = 0;
@@ -427,6 +438,7 @@ void ModeSplit() {
   CUDA_OK(cudaMalloc(&d, 4));
   const int32_t mine = 1000 + g_rank;
   CUDA_OK(cudaMemcpy(d, &mine, 4, cudaMemcpyHostToDevice));
+  Step("split: ncclAllReduce in the half, and its stream synchronize");
   NCCL_OK(ncclAllReduce(d, d, 1, ncclInt32, ncclSum, half, s));
   CUDA_OK(cudaStreamSynchronize(s));
   int32_t got = 0;
@@ -434,7 +446,9 @@ void ModeSplit() {
   int32_t want = 0;
   for (int q = 0; q < g_world; ++q) want += q % 2 == g_rank % 2 ? 1000 + q : 0;
   Expect(got != want, "split all-reduce");
+  Step("split: ncclCommDestroy of the half");
   NCCL_OK(ncclCommDestroy(half));
+  Step("split: ncclCommDestroy of the parent");
   NCCL_OK(ncclCommDestroy(comm));
   cudaFree(d);
 }
@@ -676,6 +690,7 @@ int main(int argc, char** argv) {
   signal(SIGBUS, OnFatalSignal);
   signal(SIGABRT, OnFatalSignal);
   std::string mode;
+  int watchdog_s = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--mode") mode = v;
@@ -685,11 +700,21 @@ int main(int argc, char** argv) {
     else if (k == "--max-bytes") g_max_bytes = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--bytes") g_bytes = v;
     else if (k == "--zero-copy") g_zero_copy = std::atoi(v.c_str()) != 0;
+    else if (k == "--watchdog-s") watchdog_s = std::atoi(v.c_str());
     else Die("unknown flag " + k);
   }
   if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) g_rank = std::atoi(r);
   if (const char* n = std::getenv("OMPI_COMM_WORLD_SIZE")) g_world = std::atoi(n);
   if (g_dir.empty() || mode.empty()) Die("usage: nccl_check --mode MODE --dir DIR [--rank R --world N]");
+  if (watchdog_s > 0) {
+    std::thread([watchdog_s] {
+      std::this_thread::sleep_for(std::chrono::seconds(watchdog_s));
+      std::fprintf(stderr, "FAIL rank %d: watchdog: still in \"%s\" after %d s\n", g_rank, g_step.load(),
+                   watchdog_s);
+      std::fflush(stderr);
+      std::_Exit(4);
+    }).detach();
+  }
   CUDA_OK(cudaSetDevice(0));
   const auto start = std::chrono::steady_clock::now();
   if (mode == "ops") ModeOps();

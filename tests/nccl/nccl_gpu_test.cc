@@ -74,9 +74,11 @@ TEST_F(NcclGpu, EveryTypeAndOpExactTwoRanksTo256MiB) { Mpirun(2, "ops", {"--max-
 TEST_F(NcclGpu, EveryTypeAndOpExactFourRanksTo256MiB) { Mpirun(4, "ops", {"--max-bytes", std::to_string(256 << 20)}); }
 TEST_F(NcclGpu, EveryTypeAndOpExactEightRanksTo256MiB) { Mpirun(8, "ops", {"--max-bytes", std::to_string(256 << 20)}); }
 TEST_F(NcclGpu, CudaGraphReplayedWithNewValues) { Mpirun(4, "graph"); }
-TEST_F(NcclGpu, SplitByParity) { Mpirun(4, "split"); }
-TEST_F(NcclGpu, NonBlockingInitReportsInProgressThenSuccess) { Mpirun(2, "nonblocking"); }
-TEST_F(NcclGpu, AbortFromASecondThreadUnblocksAStalledOp) { Mpirun(2, "abort"); }
+// Modes that take about a second: a rank still running after a minute says
+// where it is and ends the run (the H100 once saw the split silent for 390 s).
+TEST_F(NcclGpu, SplitByParity) { Mpirun(4, "split", {"--watchdog-s", "60"}); }
+TEST_F(NcclGpu, NonBlockingInitReportsInProgressThenSuccess) { Mpirun(2, "nonblocking", {"--watchdog-s", "60"}); }
+TEST_F(NcclGpu, AbortFromASecondThreadUnblocksAStalledOp) { Mpirun(2, "abort", {"--watchdog-s", "60"}); }
 
 TEST_F(NcclGpu, EightRanksOfOneProcessOnOneGpu) {
   // A process holding several ranks of one GPU needs a hardware queue per rank (README).
