@@ -8,13 +8,14 @@
 # (nccl_device_batch.sh: API test, nccl_gpu_test, PyTorch), python
 # (python_device_batch.sh). Probes: inproc (ab_inproc_probe.sh; RANKS and
 # ROUNDS from INPROC_RANKS and INPROC_ROUNDS where set), launch
-# (launch_ab_probe.sh), sweep (MIDSIZE=1 sweep_probe.sh); the variables each
+# (launch_ab_probe.sh), sweep (MIDSIZE=1 sweep_probe.sh), split
+# (split_probe.sh: the NCCL split test's silence); the variables each
 # script reads pass through. Outputs under $OUT, as each script names them.
 #   STEPS="kernels daemon controls eager nccl" bash gpu-bundle/steps_batch.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 budget=${BATCH_S:-560}
 declare -A need=([kernels]=100 [daemon]=150 [controls]=110 [eager]=90 [nccl]=200 [python]=200 [inproc]=150
-  [launch]=150 [sweep]=150)
+  [launch]=150 [sweep]=150 [split]=120)
 for step in ${STEPS:-kernels daemon controls eager nccl python}; do
   left=$((budget - SECONDS))
   if [ "$left" -lt "${need[$step]:-60}" ]; then echo "## $step: skipped, $left s left"; continue; fi
@@ -36,6 +37,7 @@ for step in ${STEPS:-kernels daemon controls eager nccl python}; do
              echo "rc=$?"; cut -c1-110 "$out/ab_inproc.txt" | grep -E "^##|^ +(16384|1048576|16777216|67108864) " ;;
     launch)  timeout "$left" bash launch_ab_probe.sh 2>&1 | cut -c1-160; echo "rc=$?" ;;
     sweep)   MIDSIZE=1 timeout "$left" bash sweep_probe.sh 2>&1 | tail -60; echo "rc=$?" ;;
+    split)   timeout "$left" bash split_probe.sh 2>&1 | tail -80; echo "rc=$?" ;;
     *)       echo "unknown step $step" ;;
   esac
 done
