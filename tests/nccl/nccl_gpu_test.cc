@@ -57,7 +57,13 @@ class NcclGpu : public ::testing::Test {
     }
     for (const std::string& a : Check(mode, extra)) argv.push_back(a);
     Process p(argv, dir_.path() + "/mpirun-" + mode + ".log");
-    const int code = p.Wait(timeout_ms);
+    int code = p.Wait(timeout_ms);
+    if (code == -1) {
+      // SIGTERM: mpirun ends its ranks (a SIGKILL, in ~Process, would leave
+      // them spinning on the GPU for the tests after this one).
+      p.Kill(SIGTERM);
+      p.Wait(15000);
+    }
     const std::string out = p.Output();
     std::printf("%s", out.c_str());
     ASSERT_EQ(code, 0) << out << "\n--- daemon ---\n" << daemon_->Log();

@@ -9,6 +9,9 @@ source "$(dirname "$0")/gpu_bundle_env.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 start_private_mps "$work"
+# A step cut off by its timeout still stops its MPS server and removes its files.
+trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$work"' EXIT
+trap 'exit 143' TERM INT
 {
   echo "## $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl built", torch.cuda.nccl.version())'
@@ -31,5 +34,3 @@ start_private_mps "$work"
     SKIP_CHECKS=1 CPP_BENCH=$PWD/bin/collective-bench MAX_MESSAGE_BYTES=1073741824 timeout 900 bash run_torch_nccl.sh
   fi
 } 2>&1 | tee "$out/nccl.txt"
-echo quit | nvidia-cuda-mps-control
-rm -rf "$work"

@@ -12,6 +12,9 @@ repo=$(cd .. && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 start_private_mps "$work"
+# A step cut off by its timeout still stops its MPS server and removes its files.
+trap 'echo quit | nvidia-cuda-mps-control; rm -rf "$work"' EXIT
+trap 'exit 143' TERM INT
 {
   echo "## $(date -u +%FT%TZ) $(python3 --version) torch $(python3 -c 'import torch; print(torch.__version__)') nanobind $(python3 -c 'import nanobind; print(nanobind.__version__)')"
   echo "## pip install ./python"
@@ -50,5 +53,3 @@ start_private_mps "$work"
     done
   fi
 } 2>&1 | tee "$out/python.txt"
-echo quit | nvidia-cuda-mps-control
-rm -rf "$work"
