@@ -135,9 +135,9 @@ constexpr uint32_t kBenchPlainLaunch = 512;
 // 1024 (bench and tests only): the op's blocks do not trigger the launch of
 // the op after them (griddepcontrol.launch_dependents, RunOp) once they are
 // past the start barrier; the next op's blocks are then placed only as this
-// op's exit, as in the tenth cut (docs/latency.md, "The eleventh cut").
+// op's blocks exit, as in the tenth cut (docs/latency.md, "The eleventh cut").
 constexpr uint32_t kBenchLateTrigger = 1024;
-// 2048 (bench only): the blocks trigger after their data movement, at the
+// 2048 (bench and tests only): the blocks trigger after their data movement, at the
 // end barrier, instead of past the start barrier: the next op's blocks are
 // then not placed beside a block moving data (the 2-rank all-reduce at 16
 // MiB was 0.4-0.6 us slower with the early trigger; docs/latency.md).
