@@ -96,6 +96,11 @@ struct DaemonConfig {
   // The client library's GPU kernels publish start flags with a release
   // (ring::kGpuStartFlagRelease).
   bool gpu_start_flag_release = false;
+  // At most this many blocks per rank's kernel in a GPU communicator (0: the
+  // default, SMs / the communicator's ranks on that GPU). Communicators whose
+  // ops run at once on one GPU must together leave block slots free
+  // (docs/operating.md, "Several communicators on one GPU").
+  uint32_t gpu_max_blocks_per_rank = 0;
   // Negative controls for the stress harness: never on by default.
   bool unsafe_skip_end_barrier = false;
   bool unsafe_event_before_epilogue = false;

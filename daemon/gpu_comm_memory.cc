@@ -43,7 +43,7 @@ bool CudaBackendAvailable(std::string* why_not) {
 }
 
 Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
-                             GpuMemoryExport how, std::unique_ptr<GpuCommMemory>* out) {
+                             GpuMemoryExport how, uint32_t max_blocks_per_rank, std::unique_ptr<GpuCommMemory>* out) {
   if (device_uuids.empty()) return Status::InvalidArgument("a GPU communicator needs at least one rank");
   auto m = std::unique_ptr<GpuCommMemory>(new GpuCommMemory());
   m->windows_ = std::make_unique<Windows>();
@@ -94,6 +94,7 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
     for (const std::string& other : device_uuids) sharing += other == uuid ? 1 : 0;
     blocks = std::min<uint32_t>(blocks, device::kResidentBlocksPerSm * static_cast<uint32_t>(sms) / sharing);
   }
+  if (max_blocks_per_rank != 0) blocks = std::min(blocks, max_blocks_per_rank);
   m->blocks_ = std::max<uint32_t>(1, blocks);
   *out = std::move(m);
   return Status::Ok();
@@ -191,7 +192,7 @@ bool CudaBackendAvailable(std::string* why_not) {
   return false;
 }
 
-Status GpuCommMemory::Create(const std::vector<std::string>&, uint64_t, uint64_t, GpuMemoryExport,
+Status GpuCommMemory::Create(const std::vector<std::string>&, uint64_t, uint64_t, GpuMemoryExport, uint32_t,
                              std::unique_ptr<GpuCommMemory>*) {
   return Status::FailedPrecondition("this collectived was built without the CUDA backend");
 }

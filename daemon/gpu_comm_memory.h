@@ -30,9 +30,10 @@ enum class GpuMemoryExport { kAuto, kCuMem, kLegacyIpc };
 class GpuCommMemory {
  public:
   // `device_uuids[r]` is rank r's device. slot_bytes and heap_bytes are
-  // rounded up to the heap alignment.
+  // rounded up to the heap alignment. Blocks per rank: SMs / the ranks on
+  // the busiest device, at most `max_blocks_per_rank` where that is not 0.
   static Status Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
-                       GpuMemoryExport how, std::unique_ptr<GpuCommMemory>* out);
+                       GpuMemoryExport how, uint32_t max_blocks_per_rank, std::unique_ptr<GpuCommMemory>* out);
   ~GpuCommMemory();
 
   // Window w: 0 is the control window, 1 + r rank r's. A new fd the caller closes.

@@ -401,12 +401,13 @@ void Registry::FormLocked(Comm& comm, Deferred* after) {
 Status Registry::FormGpuLocked(Comm& comm) {
   std::unique_ptr<GpuCommMemory> mem;
   Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes,
-                                   config_.gpu_memory_export, &mem);
+                                   config_.gpu_memory_export, config_.gpu_max_blocks_per_rank, &mem);
   if (!s.ok()) {
     spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
     return s;
   }
   comm.gpu_memory = std::move(mem);
+  spdlog::info("GPU communicator {} '{}': {} blocks per rank's kernel", comm.id, comm.key, comm.gpu_memory->blocks());
   if (comm.gpu_memory->legacy_ipc()) {
     spdlog::info("GPU communicator {} '{}': memory shared by legacy cudaIpc handles (held until every member "
                  "session ends)", comm.id, comm.key);

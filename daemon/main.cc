@@ -32,6 +32,7 @@
 #include "daemon/service.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/validate.h"
+#include "ring/gpu_control_layout.h"
 #include "ring/segment_layout.h"
 #include "ring/wait.h"
 
@@ -164,6 +165,10 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
   app.add_option("--gpu-copy-engine-scratch-bytes", cfg.gpu_copy_engine_scratch_bytes,
                  "scratch per communicator for the copy-engine all-reduce (larger ops run in pieces)")
       ->capture_default_str()->check(CLI::Range(uint64_t{1} << 16, uint64_t{1} << 40));
+  app.add_option("--gpu-max-blocks-per-rank", cfg.gpu_max_blocks_per_rank,
+                 "at most this many blocks per rank's kernel in GPU communicators (0: SMs / ranks on the GPU); "
+                 "communicators busy at once on one GPU must leave block slots free (docs/operating.md)")
+      ->capture_default_str()->check(CLI::Range(0u, collectived::ring::kMaxBlocks));
   app.add_flag("--gpu-start-flag-release", cfg.gpu_start_flag_release,
                "client-executed GPU ops publish each start flag with a system-scope release (0.7-2 us an op), for "
                "a platform where the kernel boundary's flush is in doubt (docs/proof.md)");

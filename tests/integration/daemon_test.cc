@@ -1144,7 +1144,8 @@ TEST(DaemonLifecycleTest, OutOfRangeSettingsAndUnknownKeysStopStartUp) {
       {"--log-level", "bogus"},           {"--ring-depth", "8192"},          {"--ring-depth", "0"},
       {"--one-shot-max-bytes", "1099511627776"}, {"--op-timeout-ms", "0"}, {"--join-timeout-ms", "0"},
       {"--join-timeout-ms", "3600001"},   {"--max-buffer-bytes", "1"},        {"--drain-timeout-ms", "3600001"},
-      {"--debug-delay-rank", "64"},       {"--debug-delay-us", "99999999"},   {"--debug-delay-copyout-us", "99999999"}};
+      {"--debug-delay-rank", "64"},       {"--debug-delay-us", "99999999"},   {"--debug-delay-copyout-us", "99999999"},
+      {"--gpu-max-blocks-per-rank", "129"}};
   for (const auto& flags : bad_flags) {
     std::vector<std::string> argv = {COLLECTIVED_DAEMON_BIN, "--socket", dir.path() + "/x.sock"};
     argv.insert(argv.end(), flags.begin(), flags.end());

@@ -88,6 +88,31 @@ TEST(GpuDaemonTest, AllReduceAndAllGatherAreExactStagedAndZeroCopy) {
   }
 }
 
+// --gpu-max-blocks-per-rank caps every rank's kernel (the block count the
+// daemon logs at formation is the cap, not SMs / ranks), and ops stay exact
+// with that few blocks: one-shot and two-shot, in and out of place, staged
+// and zero copy.
+TEST(GpuDaemonTest, MaxBlocksPerRankCapsTheKernelsAndOpsStayExact) {
+  REQUIRE_GPU();
+  Daemon d(DaemonFlags({"--gpu-max-blocks-per-rank", "3"}));
+  ASSERT_TRUE(d.ready()) << d.Log();
+  Ranks ranks;
+  ASSERT_TRUE(ranks.Create(d, "capped", 2, 64ull << 20).ok());
+  uint64_t seed = 4100;
+  for (bool zero_copy : {true, false}) {
+    const uint64_t max_count = (1u << 20) + 3;
+    Buffers b;
+    ASSERT_TRUE(b.Init(ranks, zero_copy, max_count * 4, max_count * 4).ok());
+    for (uint64_t count : {uint64_t{1}, uint64_t{4099}, max_count}) {
+      for (bool in_place : {false, true}) {
+        ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, DataType::kFloat32, ReduceOp::kSum, count, in_place,
+                                                 ++seed, zero_copy ? "capped, zero copy" : "capped, staged"));
+      }
+    }
+  }
+  EXPECT_NE(d.Log().find(": 3 blocks per rank's kernel"), std::string::npos) << d.Log();
+}
+
 // Graphs captured with several sizes on one communicator, replayed with new
 // values every time and interleaved with eager ops: each replay takes new
 // indices on the device, and the daemon's counts show exactly one op per

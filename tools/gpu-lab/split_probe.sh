@@ -3,8 +3,10 @@
 # docs/gpu-kernels.md, "Residency"): `nccl_check --mode split` (4 ranks, two
 # 2-rank halves whose blocks take every slot of the card) ROUNDS times under
 # a private MPS with programmatic launches on and off
-# (COLLECTIVED_PROGRAMMATIC_LAUNCH), then without MPS (contexts time-slice,
-# so the halves never share the card: the control). Short op and join
+# (COLLECTIVED_PROGRAMMATIC_LAUNCH), then under MPS with the daemon's
+# --gpu-max-blocks-per-rank 33 (the halves then take half the slots: the
+# fix), then without MPS (contexts time-slice, so the halves never share the
+# card: the control). Short op and join
 # timeouts (15 s) and the ranks' watchdog (40 s) turn a stall into a line
 # that says where. Per round: how many ranks passed, the failure lines, the
 # seconds. Outputs under $OUT (split_probe.txt, the daemon's log).
@@ -28,9 +30,9 @@ rounds() {  # $1: label; the daemon at $work/c.sock
     done
   done
 }
-start_daemon() {
+start_daemon() {  # $1: the log's name; more daemon flags after it
   bin/collectived --socket "$work/c.sock" --backend cuda --max-message-bytes $((16 << 20)) --log-level info \
-    > "$out/daemon_$1.log" 2>&1 &
+    "${@:2}" > "$out/daemon_$1.log" 2>&1 &
   d=$!
   for _ in $(seq 200); do [ -S "$work/c.sock" ] && break; sleep 0.05; done
   export COLLECTIVED_SOCKET=$work/c.sock
@@ -41,6 +43,9 @@ start_daemon() {
   start_private_mps "$work" > /dev/null
   start_daemon mps
   rounds mps
+  kill "$d"; wait "$d"; rm -f "$work/c.sock"
+  start_daemon mps-capped --gpu-max-blocks-per-rank 33
+  rounds mps-capped
   kill "$d"; wait "$d"; rm -f "$work/c.sock"
   echo quit | nvidia-cuda-mps-control
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
