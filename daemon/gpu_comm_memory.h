@@ -9,11 +9,13 @@
 #define COLLECTIVED_DAEMON_GPU_COMM_MEMORY_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "collectived/status.h"
+#include "daemon/gpu_blocks.h"
 
 namespace collectived::daemon {
 
@@ -30,10 +32,14 @@ enum class GpuMemoryExport { kAuto, kCuMem, kLegacyIpc };
 class GpuCommMemory {
  public:
   // `device_uuids[r]` is rank r's device. slot_bytes and heap_bytes are
-  // rounded up to the heap alignment. Blocks per rank: SMs / the ranks on
-  // the busiest device, at most `max_blocks_per_rank` where that is not 0.
+  // rounded up to the heap alignment. Blocks per rank: GpuBlocksPerRank
+  // (daemon/gpu_blocks.h) over the devices, with `live` giving, by device
+  // uuid, the daemon's other live GPU communicators' ranks there (its
+  // live_ranks and live_most; absent: none), at most `max_blocks_per_rank`
+  // where that is not 0.
   static Status Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
-                       GpuMemoryExport how, uint32_t max_blocks_per_rank, std::unique_ptr<GpuCommMemory>* out);
+                       GpuMemoryExport how, uint32_t max_blocks_per_rank,
+                       const std::map<std::string, GpuDeviceLoad>& live, std::unique_ptr<GpuCommMemory>* out);
   ~GpuCommMemory();
 
   // Window w: 0 is the control window, 1 + r rank r's. A new fd the caller closes.
@@ -51,9 +57,12 @@ class GpuCommMemory {
   int window_ordinal(uint32_t w) const;
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t heap_bytes() const { return heap_bytes_; }
-  // Blocks of every rank's kernel: SMs / ranks on that device, the least
-  // over the devices (barriers pair blocks by index, so all ranks agree).
+  // Blocks of every rank's kernel (Create), the same for every rank:
+  // barriers pair blocks by index.
   uint32_t blocks() const { return blocks_; }
+  // Empty, or where this and the other live communicators would need more
+  // blocks at once than a shared device has (GpuCrowding).
+  const std::string& crowding() const { return crowding_; }
   // True when every window is on one device.
   bool single_device() const;
   // Sets the control window's abort word: every kernel of the communicator
@@ -76,6 +85,7 @@ class GpuCommMemory {
   uint64_t slot_bytes_ = 0;
   uint64_t heap_bytes_ = 0;
   uint32_t blocks_ = 1;
+  std::string crowding_;
   bool legacy_ipc_ = false;
 };
 

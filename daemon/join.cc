@@ -4,6 +4,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <map>
+
 #include "daemon/registry_state.h"
 #include "ring/matcher.h"
 #include "ring/wait.h"
@@ -399,15 +402,41 @@ void Registry::FormLocked(Comm& comm, Deferred* after) {
 }
 
 Status Registry::FormGpuLocked(Comm& comm) {
+  // The other live GPU communicators' ranks by device: where processes share
+  // a GPU, the new one's blocks leave room for theirs (daemon/gpu_blocks.h).
+  std::map<std::string, GpuDeviceLoad> live;
+  for (const auto& [id, other] : comms_) {
+    if (other.get() == &comm || !other->gpu_memory) continue;
+    std::map<std::string, uint32_t> ranks;
+    for (const std::string& uuid : other->device_uuids) ++ranks[uuid];
+    for (const auto& [uuid, n] : ranks) {
+      live[uuid].live_ranks += n;
+      live[uuid].live_most = std::max(live[uuid].live_most, n);
+      live[uuid].live_blocks += n * other->gpu_memory->blocks();
+    }
+  }
   std::unique_ptr<GpuCommMemory> mem;
   Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes,
-                                   config_.gpu_memory_export, config_.gpu_max_blocks_per_rank, &mem);
+                                   config_.gpu_memory_export, config_.gpu_max_blocks_per_rank, live, &mem);
   if (!s.ok()) {
     spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
     return s;
   }
   comm.gpu_memory = std::move(mem);
-  spdlog::info("GPU communicator {} '{}': {} blocks per rank's kernel", comm.id, comm.key, comm.gpu_memory->blocks());
+  uint32_t beside = 0;  // other communicators' ranks on its GPUs
+  for (const auto& [uuid, load] : live) {
+    if (std::find(comm.device_uuids.begin(), comm.device_uuids.end(), uuid) != comm.device_uuids.end()) {
+      beside += load.live_ranks;
+    }
+  }
+  spdlog::info("GPU communicator {} '{}': {} blocks per rank's kernel{}", comm.id, comm.key, comm.gpu_memory->blocks(),
+               beside == 0 ? "" : ", beside " + std::to_string(beside) + " ranks of other live GPU communicators");
+  if (!comm.gpu_memory->crowding().empty()) {
+    spdlog::warn("GPU communicator {} '{}': with the live ones it could need more blocks at once than its GPUs hold "
+                 "({}); if they are busy at the same time under MPS, one's ops may wait for a peer until their "
+                 "deadline: lower --gpu-max-blocks-per-rank (docs/operating.md, \"Several communicators on one GPU\")",
+                 comm.id, comm.key, comm.gpu_memory->crowding());
+  }
   if (comm.gpu_memory->legacy_ipc()) {
     spdlog::info("GPU communicator {} '{}': memory shared by legacy cudaIpc handles (held until every member "
                  "session ends)", comm.id, comm.key);

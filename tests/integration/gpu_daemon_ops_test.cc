@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tests/integration/gpu_daemon_fixture.h"
@@ -111,6 +113,65 @@ TEST(GpuDaemonTest, MaxBlocksPerRankCapsTheKernelsAndOpsStayExact) {
     }
   }
   EXPECT_NE(d.Log().find(": 3 blocks per rank's kernel"), std::string::npos) << d.Log();
+}
+
+// Where processes share a GPU, a communicator formed while another is live
+// there leaves room for the live one's ranks (daemon/gpu_blocks.h): two
+// 2-rank communicators on one GPU take SMs / 2 and SMs / 4 blocks per rank,
+// and the daemon warns that together they could need more than the card's
+// SMs; ops of both in flight at once stay exact; one formed after both
+// closed takes SMs / 2 again.
+TEST(GpuDaemonTest, ACommunicatorBesideALiveOneOnItsGpuLeavesItRoom) {
+  REQUIRE_GPU();
+  int sms = 0;
+  ASSERT_EQ(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, 0), gpuSuccess);
+  const std::string alone = std::to_string(std::min(128, sms / 2)) + " blocks per rank's kernel";
+  const std::string beside = std::to_string(sms / 4) + " blocks per rank's kernel, beside 2 ranks";
+  Daemon d(DaemonFlags());
+  ASSERT_TRUE(d.ready()) << d.Log();
+  {
+    Ranks first, second;
+    ASSERT_TRUE(first.Create(d, "first", 2, 64ull << 20).ok());
+    ASSERT_TRUE(second.Create(d, "second", 2, 64ull << 20).ok());
+    EXPECT_NE(d.Log().find("'first': " + alone + "\n"), std::string::npos) << d.Log();
+    EXPECT_NE(d.Log().find("'second': " + beside), std::string::npos) << d.Log();
+    EXPECT_NE(d.Log().find("'second': with the live ones it could need more blocks"), std::string::npos) << d.Log();
+    const uint64_t count = (4u << 20) + 3;  // two-shot, and a tail
+    Buffers bf, bs;
+    ASSERT_TRUE(bf.Init(first, true, count * 4, count * 4).ok());
+    ASSERT_TRUE(bs.Init(second, false, count * 4, count * 4).ok());
+    for (uint64_t seed = 7300; seed < 7304; ++seed) {
+      std::vector<Handle> h;
+      h.reserve(4);
+      for (auto [ranks, b, s] : {std::tuple{&first, &bf, seed}, std::tuple{&second, &bs, seed + 50}}) {
+        for (uint32_t r = 0; r < 2; ++r) {
+          Prepare(DataType::kFloat32, ReduceOp::kSum, false, 2, r, s, count, b->send[r], b->recv[r]);
+        }
+      }
+      for (uint32_t r = 0; r < 2; ++r) {  // every rank's op in flight before any is waited for
+        for (auto [ranks, b] : {std::pair{&first, &bf}, std::pair{&second, &bs}}) {
+          h.emplace_back();
+          Status s = ranks->comms[r]->AllReduce(b->send[r], b->recv[r], count, DataType::kFloat32, ReduceOp::kSum,
+                                                ranks->streams[r], &h.back());
+          ASSERT_TRUE(s.ok()) << s.ToString();
+        }
+      }
+      for (Handle& one : h) {
+        Status s = one.Wait();
+        ASSERT_TRUE(s.ok()) << s.ToString() << d.Log();
+      }
+      for (auto [b, s] : {std::pair{&bf, seed}, std::pair{&bs, seed + 50}}) {
+        for (uint32_t r = 0; r < 2; ++r) {
+          auto out = Download(b->recv[r], count * 4);
+          EXPECT_EQ(testing::CountWrongAllReduce(DataType::kFloat32, ReduceOp::kSum, 2, s, out.data(), count), 0u)
+              << (b == &bf ? "first" : "second") << " rank " << r << " seed " << s;
+        }
+      }
+    }
+  }
+  Ranks third;
+  ASSERT_TRUE(third.Create(d, "third", 2, 64ull << 20).ok());
+  EXPECT_NE(d.Log().find("'third': " + alone + "\n"), std::string::npos) << d.Log();
 }
 
 // Graphs captured with several sizes on one communicator, replayed with new
