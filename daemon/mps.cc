@@ -26,7 +26,11 @@ MpsState DetectMps(const std::string& proc_root, const char* env_pipe_dir) {
   const char* dir = env_pipe_dir != nullptr ? env_pipe_dir : std::getenv("CUDA_MPS_PIPE_DIRECTORY");
   s.pipe_dir = dir != nullptr && *dir != '\0' ? dir : "/tmp/nvidia-mps";
   struct stat st;
-  if (stat((s.pipe_dir + "/control").c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+  // A named pipe from older drivers; a unix socket from newer ones (driver
+  // 580's control daemon: `srw-rw-rw- control`, tools/gpu-lab/results/
+  // 2026-12-06-h100-s17/first/nccl_batch.txt), which the FIFO-only check
+  // before this reported as "no control pipe" while MPS ran.
+  if (stat((s.pipe_dir + "/control").c_str(), &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
     s.pipe_present = true;
     s.pipe_owner = st.st_uid;
   }

@@ -15,7 +15,7 @@ namespace collectived::daemon {
 
 struct MpsState {
   bool control_running = false;  // an nvidia-cuda-mps-control process exists
-  bool pipe_present = false;     // <pipe dir>/control is a FIFO
+  bool pipe_present = false;     // <pipe dir>/control is a FIFO or a unix socket
   std::string pipe_dir;          // $CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps
   uid_t pipe_owner = 0;          // the uid MPS serves (owner of the pipe)
   bool active() const { return control_running && pipe_present; }

@@ -1,9 +1,12 @@
 #include "daemon/mps.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -49,6 +52,23 @@ TEST_F(MpsTest, ActiveNamesTheServedUid) {
   EXPECT_TRUE(s.active());
   EXPECT_EQ(s.pipe_owner, getuid());
   EXPECT_NE(s.Describe().find("serving uid " + std::to_string(getuid())), std::string::npos) << s.Describe();
+}
+
+// Newer drivers' control daemon listens on a unix socket named control.
+TEST_F(MpsTest, ActiveWithAControlSocket) {
+  StartFakeControl();
+  const std::string path = root_ + "/pipes/control";
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  MpsState s = DetectMps(root_ + "/proc", (root_ + "/pipes").c_str());
+  close(fd);
+  EXPECT_TRUE(s.active()) << s.Describe();
+  EXPECT_NE(s.Describe().find("MPS active"), std::string::npos) << s.Describe();
 }
 
 TEST_F(MpsTest, RegularFileIsNotAPipe) {
