@@ -555,8 +555,10 @@ void Registry::LeaveLocked(Comm& comm, uint32_t rank, const std::string& why, De
       closed.aborted = false;
       closed.abort_reason.clear();
     }
-    spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed", comm.id, comm.key, closed.completed,
-                 closed.failed);
+    // A client-executed GPU communicator's failures are known only to its
+    // clients' handles; that its kernels gave up is known here (CommStatsOf).
+    spdlog::info("communicator {} '{}' closed: {} ops completed, {} failed{}", comm.id, comm.key, closed.completed,
+                 closed.failed, closed.aborted ? "; aborted: " + closed.abort_reason : "");
     RetireCountersLocked(comm, closed);
     recently_closed_.push_back(std::move(closed));
     if (recently_closed_.size() > 16) recently_closed_.pop_front();

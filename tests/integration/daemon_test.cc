@@ -287,6 +287,15 @@ TEST_F(DaemonTest, CleanlyDestroyedCommunicatorIsClosedNotAborted) {
     }
   }
   EXPECT_EQ(seen, 2);
+  // The daemon's line for each closed communicator says so too.
+  auto closed_line = [&](const std::string& key) {
+    const std::string log = daemon_.Log();
+    const size_t at = log.find("'" + key + "' closed:");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+  };
+  EXPECT_NE(closed_line("left-behind").find("; aborted: "), std::string::npos) << daemon_.Log();
+  EXPECT_NE(closed_line("clean-end"), "") << daemon_.Log();
+  EXPECT_EQ(closed_line("clean-end").find("aborted"), std::string::npos) << closed_line("clean-end");
 }
 
 // Communicator::Abort from a second thread while the first waits on an op a
