@@ -136,7 +136,7 @@ TEST(GpuDaemonTest, ACommunicatorBesideALiveOneOnItsGpuLeavesItRoom) {
     EXPECT_NE(d.Log().find("'first': " + alone + "\n"), std::string::npos) << d.Log();
     EXPECT_NE(d.Log().find("'second': " + beside), std::string::npos) << d.Log();
     EXPECT_NE(d.Log().find("'second': with the live ones it could need more blocks"), std::string::npos) << d.Log();
-    const uint64_t count = (4u << 20) + 3;  // two-shot, and a tail
+    const uint64_t count = (1u << 20) + 3;  // 4 MiB and a tail: inside the 8 MiB staging slot
     Buffers bf, bs;
     ASSERT_TRUE(bf.Init(first, true, count * 4, count * 4).ok());
     ASSERT_TRUE(bs.Init(second, false, count * 4, count * 4).ok());
