@@ -46,8 +46,8 @@
 //                                        fence back (the eighth cut's before); 512 launches each op plainly,
 //                                        not as a programmatic dependent launch (the tenth cut's before;
 //                                        through the daemon: COLLECTIVED_PROGRAMMATIC_LAUNCH=0); 1024 has no
-//                                        op place the next one's blocks early (the eleventh cut's before),
-//                                        2048 places them only after its data; docs/latency.md)
+//                                        op place the next one's blocks early (the eleventh cut's before);
+//                                        docs/latency.md)
 #include <algorithm>
 #include <chrono>
 #include <cmath>

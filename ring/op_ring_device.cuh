@@ -490,11 +490,10 @@ __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
     // keep a peer's block of this op from the slot its barrier needs; and a
     // block of the next op holds its slot only until this op, which needs
     // no more slots, ends.
-    const bool trigger = (a.bench_skip & kBenchLateTrigger) == 0;
-    const bool after_data = (a.bench_skip & kBenchTriggerAfterData) != 0;
-    if (trigger && !after_data) GridDependentsLaunch();
+    // (Triggering after the data instead, the bench bit 2048 of c79f2e6, was
+    // 5-20 % slower at 256 MiB-1 GiB: docs/latency.md, "The eleventh cut".)
+    if ((a.bench_skip & kBenchLateTrigger) == 0) GridDependentsLaunch();
     data();
-    if (trigger && after_data) GridDependentsLaunch();
     fenced = EndBarrier(a, gen, kPushesReduced) && !a.unsafe_skip_end_barrier;
     synced = !a.unsafe_skip_end_barrier;
   }

@@ -137,11 +137,6 @@ constexpr uint32_t kBenchPlainLaunch = 512;
 // past the start barrier; the next op's blocks are then placed only as this
 // op's blocks exit, as in the tenth cut (docs/latency.md, "The eleventh cut").
 constexpr uint32_t kBenchLateTrigger = 1024;
-// 2048 (bench and tests only): the blocks trigger after their data movement, at the
-// end barrier, instead of past the start barrier: the next op's blocks are
-// then not placed beside a block moving data (the 2-rank all-reduce at 16
-// MiB was 0.4-0.6 us slower with the early trigger; docs/latency.md).
-constexpr uint32_t kBenchTriggerAfterData = 2048;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

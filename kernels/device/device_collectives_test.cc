@@ -715,8 +715,7 @@ TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
 // compute capability 9.0 and later) must still read what the op before them
 // on the same stream wrote, also when the op before placed their blocks
 // early (griddepcontrol.launch_dependents past the start barrier, the
-// default; after the data, kBenchTriggerAfterData; kBenchLateTrigger leaves
-// it out); so must plain launches (kBenchPlainLaunch). In-place
+// default; kBenchLateTrigger leaves it out); so must plain launches (kBenchPlainLaunch). In-place
 // all-reduces back to back, eagerly and replayed from a graph, each one's
 // input the one before's output: after m ops every element is n^(m-1) times
 // the first op's sum, exact in float32.
@@ -729,13 +728,12 @@ TEST(DeviceCollectivesTest, ProgrammaticLaunchOpsReadTheOpBeforeThem) {
   // This build's kernels are sm_90 code: a Hopper or later card must get them.
   EXPECT_EQ(ProgrammaticLaunches(), major >= 9);
 #endif
-  for (uint32_t launch : {0u, ring::kBenchLateTrigger, ring::kBenchTriggerAfterData, ring::kBenchPlainLaunch}) {
+  for (uint32_t launch : {0u, ring::kBenchLateTrigger, ring::kBenchPlainLaunch}) {
     for (uint32_t n : {2u, 8u}) {
       for (uint64_t count : {uint64_t{4096}, uint64_t{1} << 20}) {
-        SCOPED_TRACE(launch == 0                              ? "default launch"
-                     : launch == ring::kBenchLateTrigger      ? "no early trigger"
-                     : launch == ring::kBenchTriggerAfterData ? "trigger after the data"
-                                                              : "plain launch");
+        SCOPED_TRACE(launch == 0                         ? "default launch"
+                     : launch == ring::kBenchLateTrigger ? "no early trigger"
+                                                         : "plain launch");
         VirtualRanks vr;
         ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
         vr.SetSingleLaunch(true);
