@@ -166,8 +166,9 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
                  "scratch per communicator for the copy-engine all-reduce (larger ops run in pieces)")
       ->capture_default_str()->check(CLI::Range(uint64_t{1} << 16, uint64_t{1} << 40));
   app.add_option("--gpu-max-blocks-per-rank", cfg.gpu_max_blocks_per_rank,
-                 "at most this many blocks per rank's kernel in GPU communicators (0: SMs / ranks on the GPU); "
-                 "communicators busy at once on one GPU must leave block slots free (docs/operating.md)")
+                 "at most this many blocks per rank's kernel in GPU communicators (0: SMs / ranks on the GPU, "
+                 "counting other live communicators' ranks where processes share it); lower it if the daemon warns "
+                 "that communicators could need more blocks at once than a GPU holds (docs/operating.md)")
       ->capture_default_str()->check(CLI::Range(0u, collectived::ring::kMaxBlocks));
   app.add_flag("--gpu-start-flag-release", cfg.gpu_start_flag_release,
                "client-executed GPU ops publish each start flag with a system-scope release (0.7-2 us an op), for "
