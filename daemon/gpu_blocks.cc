@@ -12,7 +12,7 @@ uint32_t GpuBlocksPerRank(const std::vector<GpuDeviceLoad>& devices, uint32_t bl
   for (const GpuDeviceLoad& d : devices) {
     if (d.ranks == 0) continue;
     uint32_t sharing = d.ranks;
-    if (d.ranks > 1 || d.live_most > 1) sharing += d.live_ranks;
+    if (CountsOtherCommunicators(d)) sharing += d.live_ranks;
     blocks = std::min(blocks, blocks_per_sm * d.sms / sharing);
   }
   if (max_blocks_per_rank != 0) blocks = std::min(blocks, max_blocks_per_rank);
@@ -22,7 +22,7 @@ uint32_t GpuBlocksPerRank(const std::vector<GpuDeviceLoad>& devices, uint32_t bl
 std::string GpuCrowding(const std::vector<GpuDeviceLoad>& devices, uint32_t blocks, uint32_t blocks_per_sm) {
   std::string out;
   for (const GpuDeviceLoad& d : devices) {
-    if (d.ranks == 0 || (d.ranks < 2 && d.live_most < 2)) continue;
+    if (d.ranks == 0 || !CountsOtherCommunicators(d)) continue;
     const uint64_t want = uint64_t{d.ranks} * blocks + d.live_blocks;
     const uint64_t have = uint64_t{blocks_per_sm} * d.sms;
     if (want <= have) continue;

@@ -29,6 +29,11 @@ struct GpuDeviceLoad {
   uint32_t live_blocks = 0; // their blocks on it: ranks x blocks per rank, summed
 };
 
+// True where the rule below counts the other communicators: the new one or
+// a live one has several ranks on the device, each rank a process of its
+// own (under MPS) or one process's.
+inline bool CountsOtherCommunicators(const GpuDeviceLoad& d) { return d.ranks > 1 || d.live_most > 1; }
+
 // Blocks per rank for a new communicator: on each device, `blocks_per_sm` x
 // SMs shared by its ranks and, where processes share that device (the new
 // communicator or a live one has several ranks on it), by every live rank of
@@ -36,15 +41,18 @@ struct GpuDeviceLoad {
 // (blocks pair by index, so every rank launches the same number), at most
 // `max_blocks_per_rank` where that is not 0, and within [1, ring::kMaxBlocks].
 // With one rank per device, as when each process has a GPU of its own, the
-// blocks do not depend on other communicators: their kernels are one
-// process's and share SMs (two blocks of any op kernel fit one,
-// kernels/device/device_collectives.cu).
+// blocks do not depend on other communicators: their kernels are then
+// usually one process's and share SMs (two blocks of any op kernel fit one,
+// kernels/device/device_collectives.cu). Not covered: independent jobs
+// with one rank per GPU each, sharing GPUs under MPS; ranks are counted,
+// not the processes behind them.
 uint32_t GpuBlocksPerRank(const std::vector<GpuDeviceLoad>& devices, uint32_t blocks_per_sm,
                           uint32_t max_blocks_per_rank);
 
 // Where processes share a device and the new communicator's kernels
 // (`blocks` per rank) with every live one's would need more than
-// `blocks_per_sm` x SMs blocks there if all were busy at once: what to tell
+// `blocks_per_sm` x SMs blocks there if all were busy at the same time
+// (only then can they stall each other): what to tell
 // the operator (each such device's name, the blocks wanted and the
 // slots it has). Empty where every device has room. Communicators formed earlier
 // keep their blocks, so a parent sized alone and its split halves can add up

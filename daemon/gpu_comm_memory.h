@@ -34,9 +34,9 @@ class GpuCommMemory {
   // `device_uuids[r]` is rank r's device. slot_bytes and heap_bytes are
   // rounded up to the heap alignment. Blocks per rank: GpuBlocksPerRank
   // (daemon/gpu_blocks.h) over the devices, with `live` giving, by device
-  // uuid, the daemon's other live GPU communicators' ranks there (its
-  // live_ranks and live_most; absent: none), at most `max_blocks_per_rank`
-  // where that is not 0.
+  // uuid, the daemon's other live GPU communicators there (its live_ranks,
+  // live_most and live_blocks; absent: none), at most `max_blocks_per_rank`
+  // where that is not 0; crowding() from the same.
   static Status Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
                        GpuMemoryExport how, uint32_t max_blocks_per_rank,
                        const std::map<std::string, GpuDeviceLoad>& live, std::unique_ptr<GpuCommMemory>* out);

@@ -406,7 +406,8 @@ Status Registry::FormGpuLocked(Comm& comm) {
   // a GPU, the new one's blocks leave room for theirs (daemon/gpu_blocks.h).
   std::map<std::string, GpuDeviceLoad> live;
   for (const auto& [id, other] : comms_) {
-    if (other.get() == &comm || !other->gpu_memory) continue;
+    // An aborted communicator runs no more ops: its kernels have given up.
+    if (other.get() == &comm || !other->gpu_memory || other->seg.aborted()) continue;
     std::map<std::string, uint32_t> ranks;
     for (const std::string& uuid : other->device_uuids) ++ranks[uuid];
     for (const auto& [uuid, n] : ranks) {
@@ -423,18 +424,19 @@ Status Registry::FormGpuLocked(Comm& comm) {
     return s;
   }
   comm.gpu_memory = std::move(mem);
-  uint32_t beside = 0;  // other communicators' ranks on its GPUs
+  uint32_t beside = 0;  // other communicators' ranks that shaped its blocks (GpuBlocksPerRank)
   for (const auto& [uuid, load] : live) {
-    if (std::find(comm.device_uuids.begin(), comm.device_uuids.end(), uuid) != comm.device_uuids.end()) {
-      beside += load.live_ranks;
-    }
+    GpuDeviceLoad d = load;
+    d.ranks = static_cast<uint32_t>(std::count(comm.device_uuids.begin(), comm.device_uuids.end(), uuid));
+    if (d.ranks > 0 && CountsOtherCommunicators(d)) beside += d.live_ranks;
   }
   spdlog::info("GPU communicator {} '{}': {} blocks per rank's kernel{}", comm.id, comm.key, comm.gpu_memory->blocks(),
                beside == 0 ? "" : ", beside " + std::to_string(beside) + " ranks of other live GPU communicators");
   if (!comm.gpu_memory->crowding().empty()) {
     spdlog::warn("GPU communicator {} '{}': with the live ones it could need more blocks at once than its GPUs hold "
-                 "({}); if they are busy at the same time under MPS, one's ops may wait for a peer until their "
-                 "deadline: lower --gpu-max-blocks-per-rank (docs/operating.md, \"Several communicators on one GPU\")",
+                 "({}), if they run ops at the same time; then, under MPS, one's ops may wait for a peer until "
+                 "their deadline: keep their ops apart, or lower --gpu-max-blocks-per-rank (docs/operating.md, "
+                 "\"Several communicators on one GPU\")",
                  comm.id, comm.key, comm.gpu_memory->crowding());
   }
   if (comm.gpu_memory->legacy_ipc()) {

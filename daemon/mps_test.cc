@@ -58,15 +58,16 @@ TEST_F(MpsTest, ActiveNamesTheServedUid) {
 TEST_F(MpsTest, ActiveWithAControlSocket) {
   StartFakeControl();
   const std::string path = root_ + "/pipes/control";
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   ASSERT_LT(path.size(), sizeof(addr.sun_path));
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  close(fd);  // the socket file stays until TearDown removes the directory
+  ASSERT_EQ(bound, 0);
   MpsState s = DetectMps(root_ + "/proc", (root_ + "/pipes").c_str());
-  close(fd);
   EXPECT_TRUE(s.active()) << s.Describe();
   EXPECT_NE(s.Describe().find("MPS active"), std::string::npos) << s.Describe();
 }

@@ -491,7 +491,7 @@ __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
     // block of the next op holds its slot only until this op, which needs
     // no more slots, ends.
     // (Triggering after the data instead, the bench bit 2048 of c79f2e6, was
-    // 5-20 % slower at 256 MiB-1 GiB: docs/latency.md, "The eleventh cut".)
+    // 0.2-22 % slower at 256 MiB-1 GiB: docs/latency.md, "The eleventh cut".)
     if ((a.bench_skip & kBenchLateTrigger) == 0) GridDependentsLaunch();
     data();
     fenced = EndBarrier(a, gen, kPushesReduced) && !a.unsafe_skip_end_barrier;
