@@ -6,6 +6,34 @@
 
 namespace collectived::daemon {
 
+std::map<std::string, GpuDeviceLoad> GpuLoadOf(const std::vector<std::string>& devices,
+                                               const std::vector<LiveGpuCommunicator>& live) {
+  std::map<std::string, GpuDeviceLoad> load;
+  for (const std::string& uuid : devices) {
+    GpuDeviceLoad& d = load[uuid];
+    d.name = uuid;
+    ++d.ranks;
+  }
+  for (const LiveGpuCommunicator& c : live) {
+    std::map<std::string, uint32_t> ranks;
+    for (const std::string& uuid : c.devices) ++ranks[uuid];
+    for (const auto& [uuid, n] : ranks) {
+      auto it = load.find(uuid);
+      if (it == load.end()) continue;  // not a device of the new communicator
+      it->second.live_ranks += n;
+      it->second.live_most = std::max(it->second.live_most, n);
+      it->second.live_blocks += n * c.blocks;
+    }
+  }
+  return load;
+}
+
+uint32_t GpuRanksBeside(const std::map<std::string, GpuDeviceLoad>& load) {
+  uint32_t beside = 0;
+  for (const auto& [uuid, d] : load) beside += CountsOtherCommunicators(d) ? d.live_ranks : 0;
+  return beside;
+}
+
 uint32_t GpuBlocksPerRank(const std::vector<GpuDeviceLoad>& devices, uint32_t blocks_per_sm,
                           uint32_t max_blocks_per_rank) {
   uint32_t blocks = ring::kMaxBlocks;

@@ -14,6 +14,7 @@
 #define COLLECTIVED_DAEMON_GPU_BLOCKS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,22 @@ struct GpuDeviceLoad {
 // a live one has several ranks on the device, each rank a process of its
 // own (under MPS) or one process's.
 inline bool CountsOtherCommunicators(const GpuDeviceLoad& d) { return d.ranks > 1 || d.live_most > 1; }
+
+// A live GPU communicator of the daemon, as the sizing sees it.
+struct LiveGpuCommunicator {
+  std::vector<std::string> devices;  // each rank's device uuid
+  uint32_t blocks = 0;               // per rank's kernel
+};
+
+// The load on each device of a communicator about to form (its ranks'
+// uuids, `devices`), by uuid: name, ranks, and what `live` has there;
+// sms is left 0 for the caller, who can query the device.
+std::map<std::string, GpuDeviceLoad> GpuLoadOf(const std::vector<std::string>& devices,
+                                               const std::vector<LiveGpuCommunicator>& live);
+
+// The live ranks that shaped the blocks (those on devices where
+// CountsOtherCommunicators holds), for the log.
+uint32_t GpuRanksBeside(const std::map<std::string, GpuDeviceLoad>& load);
 
 // Blocks per rank for a new communicator: on each device, `blocks_per_sm` x
 // SMs shared by its ranks and, where processes share that device (the new

@@ -68,5 +68,36 @@ TEST(GpuBlocksTest, CrowdingNamesTheDeviceWhereLiveCommunicatorsNeedMoreThanItHa
   EXPECT_EQ(GpuCrowding({Device(132, 1, 2, 1, 2 * 128)}, 128, 1), "");
 }
 
+// What the daemon hands the rule: the new communicator's ranks per device
+// and, on those devices only, every live one's ranks, most ranks and blocks.
+TEST(GpuBlocksTest, LoadCountsTheLiveCommunicatorsOnTheNewOnesDevices) {
+  const std::vector<std::string> split_half = {"A", "A"};
+  const std::vector<LiveGpuCommunicator> live = {
+      {{"A", "A", "A", "A"}, 33},  // the parent
+      {{"A", "B"}, 128},           // one rank on A, one on B
+      {{"C"}, 128},                // elsewhere: not counted
+  };
+  const auto load = GpuLoadOf(split_half, live);
+  ASSERT_EQ(load.size(), 1u);
+  const GpuDeviceLoad& a = load.at("A");
+  EXPECT_EQ(a.name, "A");
+  EXPECT_EQ(a.ranks, 2u);
+  EXPECT_EQ(a.live_ranks, 5u);
+  EXPECT_EQ(a.live_most, 4u);
+  EXPECT_EQ(a.live_blocks, 4u * 33 + 128);
+  EXPECT_EQ(a.sms, 0u);  // the caller's to query
+  EXPECT_EQ(GpuRanksBeside(load), 5u);
+}
+
+TEST(GpuBlocksTest, RanksBesideOnlyWhereTheRuleCountedThem) {
+  // One rank per GPU beside one-rank communicators: they did not shape the blocks.
+  const auto alone = GpuLoadOf({"A", "B"}, {{{"A", "B"}, 128}});
+  EXPECT_EQ(alone.at("A").live_ranks, 1u);
+  EXPECT_EQ(GpuRanksBeside(alone), 0u);
+  EXPECT_EQ(GpuRanksBeside(GpuLoadOf({"A"}, {})), 0u);
+  // Beside a live communicator with two ranks on A: counted on A only.
+  EXPECT_EQ(GpuRanksBeside(GpuLoadOf({"A", "B"}, {{{"A", "A"}, 66}, {{"B"}, 128}})), 2u);
+}
+
 }  // namespace
 }  // namespace collectived::daemon

@@ -44,7 +44,7 @@ bool CudaBackendAvailable(std::string* why_not) {
 
 Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
                              GpuMemoryExport how, uint32_t max_blocks_per_rank,
-                             const std::map<std::string, GpuDeviceLoad>& live, std::unique_ptr<GpuCommMemory>* out) {
+                             std::map<std::string, GpuDeviceLoad> load, std::unique_ptr<GpuCommMemory>* out) {
   if (device_uuids.empty()) return Status::InvalidArgument("a GPU communicator needs at least one rank");
   auto m = std::unique_ptr<GpuCommMemory>(new GpuCommMemory());
   m->windows_ = std::make_unique<Windows>();
@@ -86,20 +86,11 @@ Status GpuCommMemory::Create(const std::vector<std::string>& device_uuids, uint6
   for (const std::string& uuid : device_uuids) {
     COLLECTIVED_RETURN_IF_ERROR(add(uuid, m->slot_bytes_ + m->heap_bytes_));
   }
-  std::map<std::string, GpuDeviceLoad> load;
-  for (const std::string& uuid : device_uuids) {
-    GpuDeviceLoad& d = load[uuid];
-    if (d.ranks++ > 0) continue;
-    d.name = uuid;
+  for (auto& [uuid, d] : load) {
     int ordinal = 0, sms = 0;
     COLLECTIVED_RETURN_IF_ERROR(ipc::GpuOrdinalByUuid(uuid, &ordinal));
     COLLECTIVED_GPU_CHECK(gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, ordinal));
     d.sms = static_cast<uint32_t>(sms);
-    if (auto it = live.find(uuid); it != live.end()) {
-      d.live_ranks = it->second.live_ranks;
-      d.live_most = it->second.live_most;
-      d.live_blocks = it->second.live_blocks;
-    }
   }
   std::vector<GpuDeviceLoad> devices;
   for (const auto& [uuid, d] : load) devices.push_back(d);
@@ -202,7 +193,7 @@ bool CudaBackendAvailable(std::string* why_not) {
 }
 
 Status GpuCommMemory::Create(const std::vector<std::string>&, uint64_t, uint64_t, GpuMemoryExport, uint32_t,
-                             const std::map<std::string, GpuDeviceLoad>&, std::unique_ptr<GpuCommMemory>*) {
+                             std::map<std::string, GpuDeviceLoad>, std::unique_ptr<GpuCommMemory>*) {
   return Status::FailedPrecondition("this collectived was built without the CUDA backend");
 }
 GpuCommMemory::~GpuCommMemory() = default;

@@ -33,13 +33,12 @@ class GpuCommMemory {
  public:
   // `device_uuids[r]` is rank r's device. slot_bytes and heap_bytes are
   // rounded up to the heap alignment. Blocks per rank: GpuBlocksPerRank
-  // (daemon/gpu_blocks.h) over the devices, with `live` giving, by device
-  // uuid, the daemon's other live GPU communicators there (its live_ranks,
-  // live_most and live_blocks; absent: none), at most `max_blocks_per_rank`
-  // where that is not 0; crowding() from the same.
+  // (daemon/gpu_blocks.h) over `load` (GpuLoadOf: the devices and the
+  // daemon's other live GPU communicators there; this adds their SMs), at
+  // most `max_blocks_per_rank` where that is not 0; crowding() from the same.
   static Status Create(const std::vector<std::string>& device_uuids, uint64_t slot_bytes, uint64_t heap_bytes,
-                       GpuMemoryExport how, uint32_t max_blocks_per_rank,
-                       const std::map<std::string, GpuDeviceLoad>& live, std::unique_ptr<GpuCommMemory>* out);
+                       GpuMemoryExport how, uint32_t max_blocks_per_rank, std::map<std::string, GpuDeviceLoad> load,
+                       std::unique_ptr<GpuCommMemory>* out);
   ~GpuCommMemory();
 
   // Window w: 0 is the control window, 1 + r rank r's. A new fd the caller closes.

@@ -402,34 +402,24 @@ void Registry::FormLocked(Comm& comm, Deferred* after) {
 }
 
 Status Registry::FormGpuLocked(Comm& comm) {
-  // The other live GPU communicators' ranks by device: where processes share
-  // a GPU, the new one's blocks leave room for theirs (daemon/gpu_blocks.h).
-  std::map<std::string, GpuDeviceLoad> live;
+  // The other live GPU communicators: where processes share a GPU, the new
+  // one's blocks leave room for theirs (daemon/gpu_blocks.h).
+  std::vector<LiveGpuCommunicator> live;
   for (const auto& [id, other] : comms_) {
     // An aborted communicator runs no more ops: its kernels have given up.
     if (other.get() == &comm || !other->gpu_memory || other->seg.aborted()) continue;
-    std::map<std::string, uint32_t> ranks;
-    for (const std::string& uuid : other->device_uuids) ++ranks[uuid];
-    for (const auto& [uuid, n] : ranks) {
-      live[uuid].live_ranks += n;
-      live[uuid].live_most = std::max(live[uuid].live_most, n);
-      live[uuid].live_blocks += n * other->gpu_memory->blocks();
-    }
+    live.push_back({other->device_uuids, other->gpu_memory->blocks()});
   }
+  std::map<std::string, GpuDeviceLoad> load = GpuLoadOf(comm.device_uuids, live);
+  const uint32_t beside = GpuRanksBeside(load);
   std::unique_ptr<GpuCommMemory> mem;
   Status s = GpuCommMemory::Create(comm.device_uuids, config_.max_message_bytes, comm.gpu_heap_bytes,
-                                   config_.gpu_memory_export, config_.gpu_max_blocks_per_rank, live, &mem);
+                                   config_.gpu_memory_export, config_.gpu_max_blocks_per_rank, std::move(load), &mem);
   if (!s.ok()) {
     spdlog::error("GPU communicator {} '{}': device memory not allocated: {}", comm.id, comm.key, s.ToString());
     return s;
   }
   comm.gpu_memory = std::move(mem);
-  uint32_t beside = 0;  // other communicators' ranks that shaped its blocks (GpuBlocksPerRank)
-  for (const auto& [uuid, load] : live) {
-    GpuDeviceLoad d = load;
-    d.ranks = static_cast<uint32_t>(std::count(comm.device_uuids.begin(), comm.device_uuids.end(), uuid));
-    if (d.ranks > 0 && CountsOtherCommunicators(d)) beside += d.live_ranks;
-  }
   spdlog::info("GPU communicator {} '{}': {} blocks per rank's kernel{}", comm.id, comm.key, comm.gpu_memory->blocks(),
                beside == 0 ? "" : ", beside " + std::to_string(beside) + " ranks of other live GPU communicators");
   if (!comm.gpu_memory->crowding().empty()) {
