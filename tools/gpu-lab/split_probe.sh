@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Why the NCCL split test went silent on the H100 (twenty-first session;
-# docs/gpu-kernels.md, "Residency"): `nccl_check --mode split` (4 ranks, two
-# 2-rank halves whose blocks take every slot of the card) ROUNDS times under
-# a private MPS with programmatic launches on and off
-# (COLLECTIVED_PROGRAMMATIC_LAUNCH), then under MPS with the daemon's
-# --gpu-max-blocks-per-rank 33 (the halves then take half the slots: the
-# fix), then without MPS (contexts time-slice, so the halves never share the
-# card: the control). Short op and join
-# timeouts (15 s) and the ranks' watchdog (40 s) turn a stall into a line
-# that says where. Per round: how many ranks passed, the failure lines, the
-# seconds. Outputs under $OUT (split_probe.txt, the daemon's log).
+# The NCCL split test under MPS (docs/gpu-kernels.md, "Residency"):
+# `nccl_check --mode split` (a 4-rank parent, then two 2-rank halves, four
+# processes on one GPU) ROUNDS times under a private MPS with programmatic
+# launches on and off (COLLECTIVED_PROGRAMMATIC_LAUNCH), then under MPS with
+# the daemon's --gpu-max-blocks-per-rank 33, then without MPS (contexts
+# time-slice: the control). Halves sized alone (66 blocks each on 132 SMs)
+# stalled here in 2 of 6 runs (twenty-second session); the daemon's sizing
+# across live communicators (4f02c8a) is what the first rows now check.
+# Short op and join timeouts (15 s) and the ranks' watchdog (40 s) turn a
+# stall into a line that says where. Per round: how many ranks passed, the
+# failure lines, the seconds; then what each daemon decided (MPS seen, the
+# communicators' blocks, crowding warnings). Outputs under $OUT
+# (split_probe.txt, the daemons' logs).
 #   ROUNDS=8 bash gpu-bundle/split_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -53,5 +55,12 @@ start_daemon() {  # $1: the log's name; more daemon flags after it
   start_daemon nomps
   rounds no-mps
   kill "$d"; wait "$d"
+  # What the daemons decided: MPS seen or not, each communicator's blocks,
+  # and any crowding warning (the daemon's sizing, daemon/gpu_blocks.h).
+  for f in "$out"/daemon_*.log; do
+    echo "## $(basename "$f"): $(grep -c "blocks per rank's kernel" "$f") communicators formed"
+    grep -hoE "MPS (not )?active[^:]*" "$f" | head -1
+    grep -hoE "'[^']*': [0-9]+ blocks per rank's kernel.*|could need more blocks.*holds? \([^)]*\)" "$f" | sed -E "s/nccl-[0-9a-f]+/nccl-*/" | sort | uniq -c | head -6
+  done
 } 2>&1 | tee "$out/split_probe.txt"
 rm -rf "$work"

@@ -34,7 +34,7 @@ for step in ${STEPS:-kernels daemon controls eager nccl python}; do
     python)  timeout "$left" bash python_device_batch.sh > /dev/null 2>&1
              echo "rc=$?"; tail -30 "$out/python.txt" ;;
     inproc)  RANKS=${INPROC_RANKS:-${RANKS:-2 4 8}} ROUNDS=${INPROC_ROUNDS:-${ROUNDS:-2}} timeout "$left" bash ab_inproc_probe.sh > /dev/null 2>&1
-             echo "rc=$?"; cut -c1-110 "$out/ab_inproc.txt" | grep -E "^##|^ +(16384|1048576|16777216|67108864) " ;;
+             echo "rc=$?"; cut -c1-110 "$out/ab_inproc.txt" | grep -E "^##|^ +(16384|1048576|16777216|67108864|268435456|1073741824) " ;;
     launch)  timeout "$left" bash launch_ab_probe.sh 2>&1 | cut -c1-160; echo "rc=$?" ;;
     sweep)   MIDSIZE=1 timeout "$left" bash sweep_probe.sh 2>&1 | tail -60; echo "rc=$?" ;;
     split)   timeout "$left" bash split_probe.sh 2>&1 | tail -80; echo "rc=$?" ;;
