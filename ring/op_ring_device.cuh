@@ -261,7 +261,16 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         failed = 1;
       } else {
         if (phase == 1) {
+#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
+          if (a.bench_skip & kBenchGpuScopeEndFence) {
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            StoreRelaxed(line, gen);
+          } else {
+            StoreEndFlag(line, gen);
+          }
+#else
           StoreEndFlag(line, gen);
+#endif
         } else {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
           StoreRelease(line, gen);

@@ -137,6 +137,10 @@ constexpr uint32_t kBenchPlainLaunch = 512;
 // past the start barrier; the next op's blocks are then placed only as this
 // op's blocks exit, as in the tenth cut (docs/latency.md, "The eleventh cut").
 constexpr uint32_t kBenchLateTrigger = 1024;
+// 2048 (bench only, ranks on one GPU): the end flag's fence at GPU scope
+// instead of system scope, to time what the system scope costs where every
+// peer shares the GPU.
+constexpr uint32_t kBenchGpuScopeEndFence = 2048;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

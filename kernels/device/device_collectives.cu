@@ -189,7 +189,9 @@ constexpr uint32_t kSkipNone = UINT32_MAX;
 // L2 anyway (ExceedsL2): a small input, which a producer kernel just wrote,
 // is an L2 hit (measured on the H100: 16 MiB all-gathers 2-7 % slower with
 // them, 64 MiB 0.4-4 % faster; docs/latency.md, "The 16-64 MiB range").
-template <bool kReadOnce>
+// kGroupedTail: the packs left over after the whole groups go in guarded
+// half groups instead of one at a time (below).
+template <bool kReadOnce, bool kGroupedTail>
 __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* outs, uint32_t nout, uint64_t at,
                                uint32_t skip) {
   constexpr int kCopyUnroll = 8;
@@ -209,18 +211,48 @@ __device__ void BroadcastPacks(const uint4* in, uint64_t packs, void* const* out
       for (int u = 0; u < kCopyUnroll; ++u) StoreStreaming(out + p + u * nthreads, v[u]);
     }
   }
-  for (; p < packs; p += nthreads) {
-    const uint4 v = in[p];
-    for (uint32_t j = 0; j < nout; ++j) {
-      if (j != skip) StoreStreaming(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
+  // The packs left over, fewer than a whole group of the grid. One at a
+  // time, half the threads of a 2-rank 16 MiB all-gather took seven serial
+  // round trips here; kGroupedTail: guarded half groups, whose packs are in
+  // flight together (a whole guarded group spilled registers). Measured on
+  // the H100 (docs/latency.md, "The twelfth cut"): 16 MiB all-gathers 0.7-2.0
+  // us faster at 2 and 4 ranks, and 64 MiB ones, whose loads stream, 2-4 %
+  // slower: push and fused take it where their inputs stay in L2.
+  if constexpr (kGroupedTail) {
+    static_assert(!kReadOnce, "grouped tails load plainly");
+    constexpr int kTailUnroll = kCopyUnroll / 2;
+    for (; p < packs; p += nthreads * kTailUnroll) {
+      uint4 v[kTailUnroll];
+#pragma unroll
+      for (int u = 0; u < kTailUnroll; ++u) {
+        if (p + u * nthreads < packs) v[u] = in[p + u * nthreads];
+      }
+      for (uint32_t j = 0; j < nout; ++j) {
+        if (j == skip) continue;
+        uint4* out = reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at);
+#pragma unroll
+        for (int u = 0; u < kTailUnroll; ++u) {
+          if (p + u * nthreads < packs) StoreStreaming(out + p + u * nthreads, v[u]);
+        }
+      }
+    }
+  } else {
+    for (; p < packs; p += nthreads) {
+      const uint4 v = in[p];
+      for (uint32_t j = 0; j < nout; ++j) {
+        if (j != skip) StoreStreaming(reinterpret_cast<uint4*>(static_cast<uint8_t*>(outs[j]) + at) + p, v);
+      }
     }
   }
 }
 
 // Copies `count` elements of `in` to element `at` of each of the `nout`
 // outputs with the grid (16-byte packs when `vec`). An output that `in`
-// already is (in place) is not written again. kReadOnce: see BroadcastPacks.
-template <typename T, bool kReadOnce>
+// already is (in place) is not written again. kReadOnce: see BroadcastPacks;
+// the packs left over go in groups where the inputs stay in L2 (push, fused)
+// and one at a time otherwise, and in pull (kPull), where a guarded group
+// spilled registers.
+template <typename T, bool kReadOnce, bool kPull = false>
 __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs, uint32_t nout, uint64_t at,
                                   bool vec) {
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -232,7 +264,8 @@ __device__ void BroadcastElements(const T* in, uint64_t count, void* const* outs
   uint64_t scalar_begin = 0;
   if (vec) {
     constexpr uint64_t kN = 16 / sizeof(T);
-    BroadcastPacks<kReadOnce>(reinterpret_cast<const uint4*>(in), count / kN, outs, nout, at * sizeof(T), skip);
+    BroadcastPacks<kReadOnce, !kReadOnce && !kPull>(reinterpret_cast<const uint4*>(in), count / kN, outs, nout,
+                                                     at * sizeof(T), skip);
     scalar_begin = count / kN * kN;
   }
   for (uint64_t i = scalar_begin + tid; i < count; i += nthreads) {
@@ -251,7 +284,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) AllGatherPullKernel
     void* const own[1] = {a.outputs[a.rank]};
     DebugReadDelay(a);
     for (uint32_t k = 0; k < a.world; ++k) {
-      BroadcastElements<T, false>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count, vec);
+      BroadcastElements<T, false, /*kPull=*/true>(static_cast<const T*>(a.inputs[k]), a.count, own, 1, k * a.count,
+                                                  vec);
     }
   });
 }

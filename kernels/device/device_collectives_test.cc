@@ -146,6 +146,62 @@ TEST(DeviceCollectivesTest, AllGatherEveryElementSize) {
   }
 }
 
+// The data loops take packs in groups a grid's width apart and finish with
+// the packs left over (ReduceRange: one at a time; BroadcastPacks: in
+// guarded half groups where the inputs stay in L2, push and fused). With two
+// blocks the grid is small, so these counts give whole groups and then a
+// rest that some threads have and others not, at several lengths; odd counts
+// leave scalar elements too. Every element checked, every algorithm, in and
+// out of place, push and pull.
+TEST(DeviceCollectivesTest, RaggedLastGroupsAreExact) {
+  REQUIRE_GPU();
+  constexpr uint32_t kBlocks = 2;
+  constexpr uint64_t kGrid = kBlocks * 512;  // threads, as the kernels launch them
+  for (uint32_t n : {2u, 3u, 8u}) {
+    // Packs: two whole groups of four (float32's reduce unroll), then 0.3,
+    // 1.6 and 3.9 grids of packs; the all-gather's group is eight packs.
+    const uint64_t max_count = (8 * kGrid + 4 * kGrid) * 4 * n + 64;
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, max_count * 4, n * max_count * 4).ok());
+    vr.SetSingleLaunch(true);
+    uint64_t seed = 900;
+    for (uint64_t tail : {kGrid * 3 / 10, kGrid * 16 / 10, kGrid * 39 / 10}) {
+      for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
+        const uint64_t per_pack = dt == DataType::kFloat32 ? 4 : 8;
+        const uint64_t packs = 2 * 4 * kGrid + tail;
+        // Two-shot: each rank's chunk is `packs`; one-shot: the whole range.
+        for (DeviceAlgorithm algo : {DeviceAlgorithm::kOneShot, DeviceAlgorithm::kTwoShotPush}) {
+          const uint64_t count = packs * per_pack * (algo == DeviceAlgorithm::kTwoShotPush ? n : 1) - 3;
+          for (bool in_place : {false, true}) {
+            ++seed;
+            ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kSum, false, seed, count, in_place).ok());
+            ASSERT_TRUE(vr.AllReduce(dt, ReduceOp::kSum, algo, count, in_place, kBlocks).ok());
+            ASSERT_TRUE(vr.Sync().ok());
+            ASSERT_EQ(vr.Error(), kDeviceOk);
+            EXPECT_EQ(vr.Wrong(dt, ReduceOp::kSum, false, seed, count), 0u)
+                << "n=" << n << " " << DataTypeName(dt) << " tail=" << tail
+                << (algo == DeviceAlgorithm::kOneShot ? " one-shot" : " two-shot") << (in_place ? " in place" : "");
+          }
+        }
+        // All-gather: two whole groups of eight, then the tail in halves.
+        const uint64_t count = (2 * 8 * kGrid + tail) * per_pack - 3;
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool in_place = variant & 1;
+          vr.SetGatherPull(variant & 2);
+          ++seed;
+          ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
+          ASSERT_TRUE(vr.AllGather(dt, count, in_place, kBlocks).ok());
+          ASSERT_TRUE(vr.Sync().ok());
+          ASSERT_EQ(vr.Error(), kDeviceOk);
+          EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
+              << "all-gather n=" << n << " " << DataTypeName(dt) << " tail=" << tail << " variant=" << variant;
+        }
+        vr.SetGatherPull(false);
+      }
+    }
+  }
+}
+
 TEST(DeviceCollectivesTest, FusedAllReduceServesEveryRankInOneLaunch) {
   REQUIRE_GPU();
   const uint32_t n = 8;
