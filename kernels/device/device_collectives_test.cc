@@ -159,13 +159,14 @@ TEST(DeviceCollectivesTest, RaggedLastGroupsAreExact) {
   constexpr uint64_t kGrid = kBlocks * 512;  // threads, as the kernels launch them
   for (uint32_t n : {2u, 3u, 8u}) {
     // Packs: two whole groups of four (float32's reduce unroll), then 0.3,
-    // 1.6 and 3.9 grids of packs; the all-gather's group is eight packs.
-    const uint64_t max_count = (8 * kGrid + 4 * kGrid) * 4 * n + 64;
+    // 3.9, 5.5 and 7.7 grids of packs; the all-gather's group is eight
+    // packs, so its rest takes one or two half groups.
+    const uint64_t max_count = 16 * kGrid * 4 * n + 64;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 4, n * max_count * 4).ok());
     vr.SetSingleLaunch(true);
     uint64_t seed = 900;
-    for (uint64_t tail : {kGrid * 3 / 10, kGrid * 16 / 10, kGrid * 39 / 10}) {
+    for (uint64_t tail : {kGrid * 3 / 10, kGrid * 39 / 10, kGrid * 55 / 10, kGrid * 77 / 10}) {
       for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
         const uint64_t per_pack = dt == DataType::kFloat32 ? 4 : 8;
         const uint64_t packs = 2 * 4 * kGrid + tail;
