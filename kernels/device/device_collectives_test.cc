@@ -112,15 +112,17 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
 
 // One all-gather of `count` elements per rank in each form: push and pull
 // (each rank writes only its own output, peers' unmapped), in and out of
-// place; every element checked. Leaves the ranks pushing.
-void ExpectAllGathersExact(VirtualRanks* vr, uint32_t n, DataType dt, uint64_t count, uint64_t* seed) {
+// place; every element checked. `blocks` per rank, BlocksFor(n) where 0.
+// Leaves the ranks pushing.
+void ExpectAllGathersExact(VirtualRanks* vr, uint32_t n, DataType dt, uint64_t count, uint64_t* seed,
+                           uint32_t blocks = 0) {
   for (int variant = 0; variant < 4; ++variant) {
     const bool in_place = variant & 1;
     const bool pull = variant & 2;
     vr->SetGatherPull(pull);
     ++*seed;
     ASSERT_TRUE(vr->Prepare(dt, ReduceOp::kUnspecified, true, *seed, count, in_place).ok());
-    ASSERT_TRUE(vr->AllGather(dt, count, in_place, BlocksFor(n)).ok());
+    ASSERT_TRUE(vr->AllGather(dt, count, in_place, blocks != 0 ? blocks : BlocksFor(n)).ok());
     ASSERT_TRUE(vr->Sync().ok());
     ASSERT_EQ(vr->Error(), kDeviceOk);
     EXPECT_EQ(vr->Wrong(dt, ReduceOp::kUnspecified, true, *seed, count), 0u)
@@ -186,18 +188,7 @@ TEST(DeviceCollectivesTest, RaggedLastGroupsAreExact) {
         }
         // All-gather: two whole groups of eight, then the tail in halves.
         const uint64_t count = (2 * 8 * kGrid + tail) * per_pack - 3;
-        for (int variant = 0; variant < 4; ++variant) {
-          const bool in_place = variant & 1;
-          vr.SetGatherPull(variant & 2);
-          ++seed;
-          ASSERT_TRUE(vr.Prepare(dt, ReduceOp::kUnspecified, true, seed, count, in_place).ok());
-          ASSERT_TRUE(vr.AllGather(dt, count, in_place, kBlocks).ok());
-          ASSERT_TRUE(vr.Sync().ok());
-          ASSERT_EQ(vr.Error(), kDeviceOk);
-          EXPECT_EQ(vr.Wrong(dt, ReduceOp::kUnspecified, true, seed, count), 0u)
-              << "all-gather n=" << n << " " << DataTypeName(dt) << " tail=" << tail << " variant=" << variant;
-        }
-        vr.SetGatherPull(false);
+        ASSERT_NO_FATAL_FAILURE(ExpectAllGathersExact(&vr, n, dt, count, &seed, kBlocks)) << "tail=" << tail;
       }
     }
   }
