@@ -96,6 +96,9 @@ struct DaemonConfig {
   // The client library's GPU kernels publish start flags with a release
   // (ring::kGpuStartFlagRelease).
   bool gpu_start_flag_release = false;
+  // They keep the end flag's fence at system scope where every rank of a
+  // communicator shares one GPU (ring::kGpuSystemEndFence).
+  bool gpu_system_end_fence = false;
   // At most this many blocks per rank's kernel in a GPU communicator (0: the
   // default, SMs / the communicator's ranks on that GPU). Communicators whose
   // ops run at once on one GPU must together leave block slots free

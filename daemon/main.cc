@@ -173,6 +173,10 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
   app.add_flag("--gpu-start-flag-release", cfg.gpu_start_flag_release,
                "client-executed GPU ops publish each start flag with a system-scope release (0.7-2 us an op), for "
                "a platform where the kernel boundary's flush is in doubt (docs/proof.md)");
+  app.add_flag("--gpu-system-end-fence", cfg.gpu_system_end_fence,
+               "client-executed GPU ops keep each end flag's fence at system scope where every rank of the "
+               "communicator shares one GPU (0.4-1.6 us an op), for a platform where a GPU-scope fence is in doubt "
+               "across processes (docs/proof.md)");
   app.add_flag("--unsafe-skip-end-barrier", cfg.unsafe_skip_end_barrier,
                "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
   app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,

@@ -377,7 +377,7 @@ TEST_F(RegistryTest, HostCommunicatorsOfMoreThanTwoRanksLeaveOneShotEarly) {
     EXPECT_EQ(params.one_shot_max_bytes, n == 2 ? TestConfig().one_shot_max_bytes : ring::kHostWideOneShotMaxBytes)
         << n << " ranks";
     EXPECT_GT(TestConfig().one_shot_max_bytes, ring::kHostWideOneShotMaxBytes);  // else the check above proves nothing
-    EXPECT_EQ(params.gpu_flags, 0u);  // --gpu-start-flag-release is off by default
+    EXPECT_EQ(params.gpu_flags, 0u);  // the GPU fence options are off by default
   }
 }
 
@@ -751,19 +751,26 @@ TEST_F(RegistryCapsTest, PendingJoins) {
   EXPECT_EQ(q->calls, 0) << q->status.ToString();  // waiting, not refused
 }
 
-// --gpu-start-flag-release reaches every member through the segment
-// (ring::kGpuStartFlagRelease; off by default: RegistryTest's one-shot test).
+// --gpu-start-flag-release and --gpu-system-end-fence reach every member
+// through the segment, each as its own bit (ring::kGpuStartFlagRelease,
+// kGpuSystemEndFence; both off by default: RegistryTest's one-shot test).
 using RegistryConfigTest = RegistryCapsTest;
-TEST_F(RegistryConfigTest, TheStartFlagReleaseOptionIsInTheSegment) {
-  DaemonConfig c = TestConfig();
-  c.gpu_start_flag_release = true;
-  Start(c);
-  const uint64_t s0 = Attach(), s1 = Attach();
-  AnswerPtr a0 = Join(s0, "release", 2, 0), a1 = Join(s1, "release", 2, 1);
-  ASSERT_TRUE(a0->status.ok() && a1->status.ok()) << a0->status.ToString() << " " << a1->status.ToString();
-  ring::SegmentParams params;
-  ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(*reg_, s1, a0->result.comm_id, &params));
-  EXPECT_EQ(params.gpu_flags, static_cast<uint32_t>(ring::kGpuStartFlagRelease));
+TEST_F(RegistryConfigTest, TheGpuFenceOptionsAreInTheSegment) {
+  for (int option = 0; option < 3; ++option) {
+    DaemonConfig c = TestConfig();
+    c.gpu_start_flag_release = option != 1;
+    c.gpu_system_end_fence = option != 0;
+    Start(c);
+    const uint64_t s0 = Attach(), s1 = Attach();
+    const std::string key = "fences-" + std::to_string(option);
+    AnswerPtr a0 = Join(s0, key, 2, 0), a1 = Join(s1, key, 2, 1);
+    ASSERT_TRUE(a0->status.ok() && a1->status.ok()) << a0->status.ToString() << " " << a1->status.ToString();
+    ring::SegmentParams params;
+    ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(*reg_, s1, a0->result.comm_id, &params));
+    const uint32_t want = (c.gpu_start_flag_release ? ring::kGpuStartFlagRelease : 0u) |
+                          (c.gpu_system_end_fence ? ring::kGpuSystemEndFence : 0u);
+    EXPECT_EQ(params.gpu_flags, want) << "option " << option;
+  }
 }
 
 }  // namespace

@@ -39,18 +39,26 @@ __device__ __forceinline__ void StoreRelaxed(uint64_t* p, uint64_t v) {
 #endif
 }
 
-// The end flag: a release fence at system scope, then a strong store. For
-// the flag this is what a release store is (a fence followed by a strong
-// write is a release pattern in PTX's memory model; sm_90 compiles a release
-// store to MEMBAR.ALL.SYS and a strong store, and this is expected to be the
-// same, not yet checked in SASS); unlike a release store, the
-// fence also releases later strong stores of this thread, the block's
-// completion word among them (FinishOp). HIP: a release store.
-__device__ __forceinline__ void StoreEndFlag(uint64_t* p, uint64_t v) {
+// The end flag: a release fence, then a strong store. For the flag this is
+// what a release store is (a fence followed by a strong write is a release
+// pattern in PTX's memory model; sm_90 compiles a release store to
+// MEMBAR.ALL.SYS and a strong store, and this is expected to be the same,
+// not yet checked in SASS); unlike a release store, the fence also releases
+// later strong stores of this thread, the block's completion word among
+// them (FinishOp). The fence is at system scope unless `gpu_scope`
+// (DeviceOpArgs::end_fence_gpu_scope: every rank, window and buffer on this
+// GPU), where the system scope cost 0.4-1.6 us an op (docs/latency.md, the
+// thirteenth cut). HIP: a release store at system scope.
+__device__ __forceinline__ void StoreEndFlag(uint64_t* p, uint64_t v, bool gpu_scope) {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
+  (void)gpu_scope;
   StoreRelease(p, v);
 #else
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
+  if (gpu_scope) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  } else {
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+  }
   StoreRelaxed(p, v);
 #endif
 }
@@ -261,16 +269,7 @@ __device__ inline bool Barrier(const DeviceOpArgs& a, uint32_t phase, uint64_t g
         failed = 1;
       } else {
         if (phase == 1) {
-#if !defined(COLLECTIVED_USE_HIP) && !defined(__HIP_PLATFORM_AMD__)
-          if (a.bench_skip & kBenchGpuScopeEndFence) {
-            asm volatile("fence.acq_rel.gpu;" ::: "memory");
-            StoreRelaxed(line, gen);
-          } else {
-            StoreEndFlag(line, gen);
-          }
-#else
-          StoreEndFlag(line, gen);
-#endif
+          StoreEndFlag(line, gen, a.end_fence_gpu_scope && (a.bench_skip & kBenchSystemEndFence) == 0);
         } else {
 #if defined(COLLECTIVED_USE_HIP) || defined(__HIP_PLATFORM_AMD__)
           StoreRelease(line, gen);
@@ -424,7 +423,8 @@ __device__ inline void FinishOp(const DeviceOpArgs& a, uint64_t gen, bool synced
     // synchronization, tens of microseconds after that store issued, an
     // operational argument, not the model's. The readers: the next op of
     // this rank, after the kernel boundary, and the host's copies
-    // (CompletedOps). The fence cost about a microsecond at the tail of
+    // (CompletedOps), both on this GPU, which is all a fence at GPU scope
+    // (end_fence_gpu_scope) reaches. The fence cost about a microsecond at the tail of
     // every op (the seventh cut, docs/latency.md). HIP keeps the release:
     // nothing has checked AMD's model here.
     if (fenced) {

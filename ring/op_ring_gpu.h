@@ -92,6 +92,13 @@ struct DeviceOpArgs {
   // Publish start flags with a release (ring::kGpuStartFlagRelease, a
   // daemon option): HIP always does.
   bool start_flag_release = false;
+  // Every rank of the communicator is on this rank's GPU, with every window
+  // and buffer its peers read or write (GpuCommSetup's placement): the end
+  // flag's fence is then at GPU scope, not system scope (docs/latency.md,
+  // the thirteenth cut; docs/proof.md, "What rests on the hardware's
+  // behaviour"). The client library sets it unless the daemon keeps system
+  // scope (ring::kGpuSystemEndFence). HIP keeps system scope.
+  bool end_fence_gpu_scope = false;
   // Negative control for seed bug 2 (AITER): leave without the end barrier,
   // so a fast rank's caller may reuse its input while a peer still reads it.
   bool unsafe_skip_end_barrier = false;
@@ -137,10 +144,12 @@ constexpr uint32_t kBenchPlainLaunch = 512;
 // past the start barrier; the next op's blocks are then placed only as this
 // op's blocks exit, as in the tenth cut (docs/latency.md, "The eleventh cut").
 constexpr uint32_t kBenchLateTrigger = 1024;
-// 2048 (bench only, ranks on one GPU): the end flag's fence at GPU scope
-// instead of system scope, to time what the system scope costs where every
-// peer shares the GPU.
-constexpr uint32_t kBenchGpuScopeEndFence = 2048;
+// 2048 (bench and tests only): the end flag's fence at system scope where
+// end_fence_gpu_scope would put it at GPU scope, as before the thirteenth
+// cut (docs/latency.md): one put back, to time what it costs in the same
+// run. (Benches built before the cut read 2048 the other way, as GPU scope
+// put in.)
+constexpr uint32_t kBenchSystemEndFence = 2048;
 constexpr uint64_t kDescriptorDelayNs = 200'000;
 
 // `posted_mirror` (optional, host-mapped): index + 1, for the daemon's stats.

@@ -94,6 +94,12 @@ enum GpuFlags : uint32_t {
   // hardware's behaviour"). For a platform where that is in doubt; costs
   // 0.7-2 us an op on one GPU (docs/latency.md, the eighth cut).
   kGpuStartFlagRelease = 1u << 0,
+  // Keep each end flag's fence at system scope also where every rank of the
+  // communicator shares one GPU (DeviceOpArgs::end_fence_gpu_scope), for a
+  // platform where a GPU-scope fence is in doubt across processes
+  // (docs/proof.md, "What rests on the hardware's behaviour"); costs
+  // 0.4-1.6 us an op on one GPU (docs/latency.md, the thirteenth cut).
+  kGpuSystemEndFence = 1u << 1,
 };
 
 struct alignas(kCacheLine) RankControl {

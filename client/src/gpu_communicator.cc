@@ -12,6 +12,7 @@
 
 #include "client/src/daemon_poster.h"
 #include "client/src/gpu_op.h"
+#include "client/src/gpu_placement.h"
 #include "client/src/gpu_rank_engine.h"
 #include "client/src/registered_buffers.h"
 #include "client/src/symmetric_heap.h"
@@ -61,11 +62,9 @@ Status GpuCommunicator::ReadTrace(uint64_t index, std::vector<OpTrace>* per_rank
   if (!m.setup.op_trace) {
     return Status::FailedPrecondition("this rank keeps no GPU op trace (set CommunicatorOptions.gpu_op_trace)");
   }
-  for (const GpuWindowRef& w : m.setup.ranks) {
-    if (w.device_uuid != m.setup.ranks[0].device_uuid) {
-      // Each GPU's globaltimer runs on its own: times of different GPUs do not compare.
-      return Status::FailedPrecondition("the op trace compares ranks of one GPU only");
-    }
+  if (!RanksShareOneDevice(m.setup.ranks)) {
+    // Each GPU's globaltimer runs on its own: times of different GPUs do not compare.
+    return Status::FailedPrecondition("the op trace compares ranks of one GPU only");
   }
   DeviceGuard guard(m.setup.device);
   void* c = m.control->device_ptr();

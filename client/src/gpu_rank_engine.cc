@@ -7,6 +7,7 @@
 
 #include "base/gpu/device_guard.h"
 #include "base/gpu/gpu_check.h"
+#include "client/src/gpu_placement.h"
 #include "ipc/cumem_window.h"
 #include "ipc/legacy_ipc_window.h"
 #include "ring/gpu_control_layout.h"
@@ -157,6 +158,7 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   if (h.debug_delay_rank == static_cast<int32_t>(setup.rank)) a.debug_read_delay_ns = uint64_t{h.debug_delay_us} * 1000;
   a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
   a.start_flag_release = (h.gpu_flags & ring::kGpuStartFlagRelease) != 0;
+  a.end_fence_gpu_scope = EndFenceAtGpuScope(setup.ranks, h.gpu_flags);
   return a;
 }
 

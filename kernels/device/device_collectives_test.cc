@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -732,17 +733,15 @@ TEST(DeviceCollectivesTest, DelayedRankStillGivesExactResults) {
   }
 }
 
-// The daemon option that puts the start flag's release back
-// (DeviceOpArgs::start_flag_release, --gpu-start-flag-release): ops stay
-// exact, single launch and post/complete, one-shot and two-shot, with a late
-// rank, at 2 and 8 ranks.
-TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
-  REQUIRE_GPU();
+// Ops stay exact with a daemon option that changes a flag's fence
+// (`option` sets it on the ranks): single launch and post/complete,
+// one-shot and two-shot, with a late rank, at 2 and 8 ranks.
+void ExpectOpsExactWithOption(const std::function<void(VirtualRanks&)>& option) {
   for (uint32_t n : {2u, 8u}) {
     const uint64_t count = 1 << 18;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, count * 4, count * 4).ok());
-    vr.SetStartFlagRelease(true);
+    option(vr);
     for (int trial = 0; trial < 4; ++trial) {
       const bool single = trial % 2 == 1;
       const DeviceAlgorithm algo = trial < 2 ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
@@ -757,6 +756,21 @@ TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
           << n << " ranks, trial " << trial;
     }
   }
+}
+
+// The daemon option that puts the start flag's release back
+// (DeviceOpArgs::start_flag_release, --gpu-start-flag-release).
+TEST(DeviceCollectivesTest, StartFlagReleaseOptionKeepsOpsExact) {
+  REQUIRE_GPU();
+  ExpectOpsExactWithOption([](VirtualRanks& vr) { vr.SetStartFlagRelease(true); });
+}
+
+// The daemon option that keeps the end flag's fence at system scope on one
+// GPU (DeviceOpArgs::end_fence_gpu_scope off, --gpu-system-end-fence); every
+// other test here runs GPU scope, VirtualRanks' default.
+TEST(DeviceCollectivesTest, SystemScopeEndFenceOptionKeepsOpsExact) {
+  REQUIRE_GPU();
+  ExpectOpsExactWithOption([](VirtualRanks& vr) { vr.SetEndFenceGpuScope(false); });
 }
 
 // Op kernels launched as programmatic dependent launches (the default on

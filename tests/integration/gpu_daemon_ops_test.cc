@@ -335,27 +335,39 @@ TEST(GpuDaemonTest, RanksThatDisagreeFailFastOnEveryRank) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
-// The daemon option that puts the start flag's release back
-// (--gpu-start-flag-release, ring::kGpuStartFlagRelease): client-executed
-// ops stay exact, zero-copy and staged, one-shot and two-shot.
-TEST(GpuDaemonTest, StartFlagReleaseOptionKeepsOpsExact) {
-  REQUIRE_GPU();
-  Daemon d(DaemonFlags({"--gpu-start-flag-release"}));
+// Client-executed ops stay exact, zero-copy and staged, one-shot and
+// two-shot, under a daemon option that changes a flag's fence (`flag`).
+void ExpectOpsExactWithDaemonFlag(const std::string& flag, uint64_t seed) {
+  Daemon d(DaemonFlags({flag}));
   ASSERT_TRUE(d.ready()) << d.Log();
-  uint64_t seed = 900;
   for (uint32_t n : {2u, 4u}) {
     Ranks ranks;
-    ASSERT_TRUE(ranks.Create(d, "release-" + std::to_string(n), n, 64ull << 20).ok());
+    ASSERT_TRUE(ranks.Create(d, "option-" + std::to_string(n), n, 64ull << 20).ok());
     for (bool zero_copy : {true, false}) {
       const uint64_t max_count = 300001;  // float32: 1.2 MiB, two-shot
       Buffers b;
       ASSERT_TRUE(b.Init(ranks, zero_copy, max_count * 4, max_count * 4).ok());
       for (uint64_t count : {uint64_t{1000}, max_count}) {
         ASSERT_NO_FATAL_FAILURE(CheckedAllReduce(d, ranks, b, DataType::kFloat32, ReduceOp::kSum, count, false, ++seed,
-                                                 zero_copy ? "release, zero-copy" : "release, staged"));
+                                                 flag + (zero_copy ? ", zero-copy" : ", staged")));
       }
     }
   }
+}
+
+// The daemon option that puts the start flag's release back
+// (--gpu-start-flag-release, ring::kGpuStartFlagRelease).
+TEST(GpuDaemonTest, StartFlagReleaseOptionKeepsOpsExact) {
+  REQUIRE_GPU();
+  ExpectOpsExactWithDaemonFlag("--gpu-start-flag-release", 900);
+}
+
+// The daemon option that keeps the end flag's fence at system scope where
+// the ranks share a GPU (--gpu-system-end-fence, ring::kGpuSystemEndFence);
+// every other test here runs GPU scope, the default on one GPU.
+TEST(GpuDaemonTest, SystemEndFenceOptionKeepsOpsExact) {
+  REQUIRE_GPU();
+  ExpectOpsExactWithDaemonFlag("--gpu-system-end-fence", 950);
 }
 
 // Zero-copy eager ops complete a word per block and carry their generation

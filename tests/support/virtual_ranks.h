@@ -83,6 +83,10 @@ class VirtualRanks {
   void SetGenMirror(bool on) { gen_mirror_on_ = on; }
   // Start flags published with a release (DeviceOpArgs::start_flag_release).
   void SetStartFlagRelease(bool on) { start_flag_release_ = on; }
+  // The end flag's fence at GPU scope (DeviceOpArgs::end_fence_gpu_scope):
+  // on by default, as the client library runs ranks that share a GPU, which
+  // these do; off puts system scope back (--gpu-system-end-fence).
+  void SetEndFenceGpuScope(bool on) { end_fence_gpu_scope_ = on; }
   // Ops of rank r completed, as a reader of the window counts them
   // (ring::CompletedOps over `blocks` block words).
   uint64_t Completed(uint32_t r, uint32_t blocks) const {
@@ -132,6 +136,7 @@ class VirtualRanks {
     a.bench_skip = bench_skip_ & ~kBenchSkipEndBarrier;
     a.unsafe_skip_end_barrier = (bench_skip_ & kBenchSkipEndBarrier) != 0;
     a.start_flag_release = start_flag_release_;
+    a.end_fence_gpu_scope = end_fence_gpu_scope_;
     return a;
   }
 
@@ -237,6 +242,7 @@ class VirtualRanks {
   bool status_mirror_on_ = true;
   bool gen_mirror_on_ = false;
   bool start_flag_release_ = false;
+  bool end_fence_gpu_scope_ = true;
   bool gather_pull_ = false;
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
