@@ -9,6 +9,8 @@
 # Zero copy on the heap, ranks as sessions, graph-replayed: issue 19's small
 # sizes with the reference beside (-r 1), then its 16-64 MiB range with the
 # lone copies of that traffic measured first. Outputs under $OUT.
+# PARTS also takes shape (1-16 MiB by doubling, for a fixed cost and a slope)
+# and large (256 MiB-1 GiB).
 #   RANKS="2 4 8" ROUNDS=1 PARTS="small mid" bash gpu-bundle/launch_ab_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 run() {  # bounded, line-buffered: a killed run still shows its rows
@@ -35,7 +37,10 @@ parts=${PARTS:-small mid}
 {
   echo "## $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
   for side in a b; do echo "## side ${name[$side]}: env '${env[$side]}', daemon flags '${flags[$side]}'"; done
-  case " $parts " in *" mid "*) run -t ceilings -b 8M -e 256M -f 2 -n 20 -w 3 ;; esac
+  case " $parts " in
+    *" shape "*) run -t ceilings -b 512K -e 256M -f 2 -n 20 -w 3 ;;
+    *" mid "*) run -t ceilings -b 8M -e 256M -f 2 -n 20 -w 3 ;;
+  esac
   for round in $(seq "${ROUNDS:-1}"); do
     for g in ${RANKS:-2 4 8}; do
       c=0; [ "$g" = 2 ] && c=1
@@ -47,10 +52,15 @@ parts=${PARTS:-small mid}
             (side_env; run -D "$sock" -k "s$g$round$side" -t all_reduce -g "$g" \
               -b 16K -e 1M -f 4 -z 1 -G 10 -c 1 -n 50 -w 20 -r 1)
           else
+            # mid: issue 19's 16-64 MiB; shape: 1-16 MiB by doubling, to fit
+            # time = fixed + slope x size beside the copies' fit; large:
+            # 256 MiB-1 GiB, unchecked (the throughput no-regression rows).
+            declare -A range=([mid]="-b 16M -e 64M -f 4 -c $c -n 20 -w 5" [shape]="-b 1M -e 16M -f 2 -c $c -n 20 -w 5"
+              [large]="-b 256M -e 1G -f 4 -c 0 -n 10 -w 3")
             for t in all_reduce all_gather; do
-              echo "## round $round, $g ranks, mid, $t, $n"
-              (side_env; run -D "$sock" -k "m$t$g$round$side" -t "$t" -g "$g" \
-                -b 16M -e 64M -f 4 -z 1 -G 5 -c "$c" -n 20 -w 5)
+              echo "## round $round, $g ranks, $part, $t, $n"
+              # shellcheck disable=SC2086  # the range's flags split into words
+              (side_env; run -D "$sock" -k "$part$t$g$round$side" -t "$t" -g "$g" -z 1 -G 5 ${range[$part]})
             done
           fi
         done
@@ -61,4 +71,4 @@ parts=${PARTS:-small mid}
 kill "${pids[@]}"; wait "${pids[@]}"
 for side in a b; do cp "$work/$side.log" "$out/daemon-${name[$side]}.log"; done
 rm -rf "$work"
-grep -E "^## |^ +(16384|262144|1048576|16777216|67108864) " "$out/launch_ab.txt" | cut -c1-220
+grep -E "^## |^ +[0-9]+ +[0-9]+ " "$out/launch_ab.txt" | cut -c1-220

@@ -5,7 +5,10 @@
 #   bash tools/gpu-lab/make_gpu_bundle.sh [BUNDLE_DIR]   (after deploy/build.sh)
 # SLIM=1 leaves out the host-only test binaries (the whole bundle is about
 # 68 MB, over the device tool's 64 MiB carry limit with the tree); OLD_BENCH=F
-# packs F as bin/collective-bench-old (latency_breakdown.sh's "before").
+# packs F as bin/collective-bench-old (latency_breakdown.sh's "before");
+# OLD_CLIENT=F packs F as lib-old/libcollectived_client.so.0: the client
+# library's kernels before a change, for a side of launch_ab_probe.sh
+# (A_ENV="LD_LIBRARY_PATH=<bundle>/lib-old:<bundle>/lib").
 # The batch scripts expect every script flat beside bin/ in the bundle: this
 # folder's scripts, bench/gpu_baseline.sh, bench/run_host_bench.sh, tests/run_example.sh and
 # tests/stress/negative-controls.sh.
@@ -63,6 +66,11 @@ fi
 if [ -n "${OLD_BENCH:-}" ]; then
   cp "$OLD_BENCH" "$out"/bin/collective-bench-old
   strip --strip-debug "$out"/bin/collective-bench-old
+fi
+if [ -n "${OLD_CLIENT:-}" ]; then
+  mkdir -p "$out"/lib-old
+  cp -L "$OLD_CLIENT" "$out"/lib-old/libcollectived_client.so.0
+  strip --strip-debug "$out"/lib-old/libcollectived_client.so.0
 fi
 # The plain reference kernel's source, for building it there beside ours.
 [ -f "$root"/../shared/reference/oneshot_ref.cu ] && cp "$root"/../shared/reference/oneshot_ref.cu "$out"/
