@@ -64,6 +64,16 @@ __global__ void DelayKernel(uint64_t ns) {
 // so a 2-rank op has 2 x kUnroll loads outstanding per thread, not the one or
 // two of a pack-at-a-time loop. Packs left over (fewer than a full group of
 // the grid) go one at a time.
+//
+// Registers: every kernel is held to 64 a thread (kMinBlocksPerSm). `y` is
+// zeroed where declared because its loads are predicated (world > 1), and a
+// predicated load keeps the old value where off: uninitialised, ptxas kept
+// `y` live across the loop and spilled it. The loop over inputs 2..n-1 is
+// not unrolled (unrolled, its copies spilled too). With both, 1 of the 106
+// kernels spills (8 bytes) where 70 did; the in-process one-launch
+// all-reduce got 1-8 % faster at 16 MiB-1 GiB, 2-8 ranks, and the per-rank
+// kernels through the daemon stayed within 0.5 % (docs/latency.md,
+// "Register spills").
 template <typename T, ReduceOp kOp, bool kStreaming = false>
 __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
   using E = Elem<T>;
@@ -80,7 +90,7 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
     for (; p + (kUnroll - 1) * nthreads < p1; p += nthreads * kUnroll) {
       A acc[kUnroll][kN];
       {
-        Pack<T> x[kUnroll], y[kUnroll];
+        Pack<T> x[kUnroll], y[kUnroll] = {};
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[0], p + u * nthreads);
         if (a.world > 1) {
@@ -96,6 +106,7 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
           }
         }
       }
+#pragma unroll 1
       for (uint32_t k = 2; k < a.world; ++k) {
         Pack<T> x[kUnroll];
 #pragma unroll
