@@ -9,13 +9,15 @@
 # (python_device_batch.sh). Probes: inproc (ab_inproc_probe.sh; RANKS and
 # ROUNDS from INPROC_RANKS and INPROC_ROUNDS where set), launch
 # (launch_ab_probe.sh), sweep (MIDSIZE=1 sweep_probe.sh), split
-# (split_probe.sh: the NCCL split test's silence); the variables each
+# (split_probe.sh: the NCCL split test's silence), host
+# (host_placement_probe.sh, free placement: issue 19's host table, PROCS,
+# BYTES, ROUNDS from HOST_PROCS, HOST_BYTES, HOST_ROUNDS); the variables each
 # script reads pass through. Outputs under $OUT, as each script names them.
 #   STEPS="kernels daemon controls eager nccl" bash gpu-bundle/steps_batch.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 budget=${BATCH_S:-560}
 declare -A need=([kernels]=100 [daemon]=150 [controls]=110 [eager]=90 [nccl]=200 [python]=200 [inproc]=150
-  [launch]=150 [sweep]=150 [split]=120)
+  [launch]=150 [sweep]=150 [split]=120 [host]=120)
 for step in ${STEPS:-kernels daemon controls eager nccl python}; do
   left=$((budget - SECONDS))
   if [ "$left" -lt "${need[$step]:-60}" ]; then echo "## $step: skipped, $left s left"; continue; fi
@@ -38,6 +40,9 @@ for step in ${STEPS:-kernels daemon controls eager nccl python}; do
     launch)  timeout "$left" bash launch_ab_probe.sh 2>&1 | cut -c1-160; echo "rc=$?" ;;
     sweep)   MIDSIZE=1 timeout "$left" bash sweep_probe.sh 2>&1 | tail -60; echo "rc=$?" ;;
     split)   timeout "$left" bash split_probe.sh 2>&1 | tail -80; echo "rc=$?" ;;
+    host)    PLACEMENTS=free PROCS=${HOST_PROCS:-8 4 2} BYTES=${HOST_BYTES:-16384,1048576,4194304} \
+               ROUNDS=${HOST_ROUNDS:-2} MODES=client,daemon timeout "$left" bash host_placement_probe.sh > /dev/null 2>&1
+             echo "rc=$?"; grep -E "^## round|^collectived|^Open" "$out/host_placement_probe.txt" | cut -c1-90 ;;
     *)       echo "unknown step $step" ;;
   esac
 done
