@@ -601,6 +601,14 @@ void RankExecutor::FollowLoop() {
   const ring::WaitContext idle{nullptr, &stop_, 0, true};
   constexpr int64_t kBusyNs = 1'000'000;  // "right after an op", as in Loop
   int64_t last_ran = 0;
+  // The sleep slice of the undecided wait below, carried from op to op: a
+  // stream of led ops completes ops without a wake, so a slice started
+  // afresh each op woke every follower about once an op, and carried over
+  // it roughly halved the 8-process 16 KiB led op on 2 cores
+  // (bench/RESULTS.md, "Host backend against Open MPI, now"). Reset by a
+  // declined op, after which the leader wakes the followers anyway.
+  constexpr int64_t kFirstSliceNs = 20'000;
+  int64_t led_slice = kFirstSliceNs;
   while (!stop_.load(std::memory_order_acquire)) {
     uint64_t index = 0;
     {
@@ -626,6 +634,7 @@ void RankExecutor::FollowLoop() {
       if (!ring::WaitAtLeast(slot.ready_seq, index + 1, idle, "next op").ok()) break;
       RunDeclined(index, 0);
       last_ran = ring::NowNs();
+      led_slice = kFirstSliceNs;
       continue;
     }
     // Undecided. This executor reads nothing of its own slot but the atomic
@@ -642,11 +651,13 @@ void RankExecutor::FollowLoop() {
     // moves past this one without it, this rank's op has waited a whole op
     // timeout undecided (the leader decides within that of its own post), an
     // abort, or a stop. Led ops change the word without a wake, and the
-    // slices only grow: a follower of a stream of led ops wakes about once a
-    // second, not once an op.
+    // slices only grow (led_slice, above), to at most a second when the wait
+    // starts: a follower of a stream of led ops wakes about once a second,
+    // not once an op.
     bool give_up = false;
     int64_t seen_posted = 0;  // when this executor first saw its op posted
-    for (int64_t slice = 20'000;; slice *= 2) {
+    int64_t slice = std::min(led_slice, ring::kMaxOpSliceNs);
+    for (;; slice *= 2) {
       const uint64_t now_word = word.load(std::memory_order_acquire);
       const uint64_t decided = now_word >> 2;
       if (decided > index + 1 || (decided == index + 1 && (now_word & 3) == kLeadDeclined)) break;
@@ -664,6 +675,7 @@ void RankExecutor::FollowLoop() {
       }
       ring::FutexWait(word, now_word, std::min(slice, left));
     }
+    led_slice = slice;
     if (stop_.load(std::memory_order_acquire)) break;
     if (!give_up) continue;
     // Aborted before this rank posted: its op fails as soon as it is posted.
@@ -673,6 +685,7 @@ void RankExecutor::FollowLoop() {
     ring::WakeWaiters(word);
     RunDeclined(index, seg_.aborted() || seen_posted == 0 ? 0 : own_deadline);
     last_ran = ring::NowNs();
+    led_slice = kFirstSliceNs;
   }
   exited_.store(true, std::memory_order_release);
 }
