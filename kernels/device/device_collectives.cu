@@ -71,9 +71,9 @@ __global__ void DelayKernel(uint64_t ns) {
 // `y` live across the loop and spilled it. The loop over inputs 2..n-1 is
 // not unrolled (unrolled, its copies spilled too). With both, 1 of the 106
 // kernels spills (8 bytes) where 70 did; the in-process one-launch
-// all-reduce got 1-8 % faster at 16 MiB-1 GiB, 2-8 ranks, and the per-rank
-// kernels through the daemon stayed within 0.5 % (docs/latency.md,
-// "Register spills").
+// all-reduce got 0.8-7.6 % faster at 16 MiB-1 GiB, 2-8 ranks, and the
+// per-rank kernels through the daemon stayed within 0.5 % (docs/latency.md,
+// "Register spills removed").
 template <typename T, ReduceOp kOp, bool kStreaming = false>
 __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
   using E = Elem<T>;
