@@ -2,8 +2,8 @@
 // mpirun (one client process per rank) against a running collectived, with
 // Open MPI's MPI_Allreduce timed in the same run on the same processes.
 //
-//   mpirun -np 8 collectived-host-bench --socket S [--bytes 1048576[,...]] [--iters 200] [--ops 4000]
-//       [--modes client,daemon] [--ranks-per-node P]
+//   mpirun -np 8 collectived-host-bench --socket S [--bytes 1048576[,...]] [--iters 200] [--warmup 20]
+//       [--series N] [--ops 4000] [--modes client,daemon] [--ranks-per-node P]
 //
 // Several daemons (docs/multinode.md): a socket path holding {node} names
 // node rank / P's daemon, so the communicators span the nodes (daemon-
@@ -12,6 +12,9 @@
 // Latency: per iteration, MPI_Barrier, then each rank times one float32 sum
 // all-reduce (post + wait); the iteration's time is the slowest rank's; the
 // median over iterations is reported. Results are checked exactly.
+// --series N also prints each run's medians of consecutive N-iteration
+// blocks, in order: a start-up transient shows as slow first blocks, where
+// the one median cannot tell it from a slow steady state.
 // Throughput: a window of 32 one-element all-reduces in flight per rank,
 // ops completed per second, from 1 client and from every client.
 #include <mpi.h>
@@ -64,11 +67,22 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Slowest rank's time per iteration, median over iterations (on every rank).
-double MedianOfMax(const std::vector<double>& mine) {
+// Slowest rank's time per iteration (on every rank).
+std::vector<double> MaxOverRanks(const std::vector<double>& mine) {
   std::vector<double> worst(mine.size());
   MPI_Allreduce(mine.data(), worst.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return Median(worst);
+  return worst;
+}
+
+// --series: "series PATH: m1 m2 ...", the medians of consecutive blocks of
+// `block` iterations (a last partial block too).
+void PrintSeries(const std::string& path, const std::vector<double>& worst, int block) {
+  std::printf("series %s:", path.c_str());
+  for (size_t i = 0; i < worst.size(); i += block) {
+    const size_t end = std::min(worst.size(), i + static_cast<size_t>(block));
+    std::printf(" %.1f", Median(std::vector<double>(worst.begin() + i, worst.begin() + end)));
+  }
+  std::printf("\n");
 }
 
 std::unique_ptr<Communicator> Join(Client& c, const std::string& key, uint32_t world, uint32_t rank,
@@ -124,9 +138,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int cli = collectived::testing::CheckFlags(
-      argc, argv, {"--socket", "--bytes", "--iters", "--warmup", "--ops", "--modes", "--ranks-per-node"},
+      argc, argv, {"--socket", "--bytes", "--iters", "--warmup", "--series", "--ops", "--modes", "--ranks-per-node"},
       "usage: mpirun -np N collectived-host-bench --socket S [--bytes 1048576[,...]] [--iters 200] [--warmup 20]\n"
-      "         [--ops 4000] [--modes client,daemon] [--ranks-per-node P]\n");
+      "         [--series N] [--ops 4000] [--modes client,daemon] [--ranks-per-node P]\n");
   if (cli >= 0) {
     MPI_Finalize();
     return cli;
@@ -144,6 +158,7 @@ int main(int argc, char** argv) {
   }
   const int iters = std::stoi(Arg(argc, argv, "--iters", "200"));
   const int warmup = std::stoi(Arg(argc, argv, "--warmup", "20"));
+  const int series = std::stoi(Arg(argc, argv, "--series", "0"));
   const int ops = std::stoi(Arg(argc, argv, "--ops", "4000"));
   unsigned tag_value = static_cast<unsigned>(Now() * 1000) % 1000000;  // one key prefix for the whole job
   MPI_Bcast(&tag_value, 1, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
@@ -189,12 +204,13 @@ int main(int argc, char** argv) {
       }
       uint64_t total_wrong = 0;
       MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-      const double med = MedianOfMax(times);
+      const std::vector<double> worst = MaxOverRanks(times);
       const double faults = static_cast<double>(MinorFaults() - faults_at_warmup) / iters;
+      const std::string path = std::string("collectived ") + ExecutionModeName(mode) + "-executed";
       if (rank == 0) {
-        std::printf("%-34s %12.1f %12llu   (rank 0: %.1f page faults per op)\n",
-                    (std::string("collectived ") + ExecutionModeName(mode) + "-executed").c_str(), med,
+        std::printf("%-34s %12.1f %12llu   (rank 0: %.1f page faults per op)\n", path.c_str(), Median(worst),
                     (unsigned long long)total_wrong, faults);
+        if (series > 0) PrintSeries(path, worst, series);
       }
       comm->Destroy();
     }
@@ -213,8 +229,11 @@ int main(int argc, char** argv) {
       }
       uint64_t total_wrong = 0;
       MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-      const double med = MedianOfMax(times);
-      if (rank == 0) std::printf("%-34s %12.1f %12llu\n", "Open MPI MPI_Allreduce", med, (unsigned long long)total_wrong);
+      const std::vector<double> worst = MaxOverRanks(times);
+      if (rank == 0) {
+        std::printf("%-34s %12.1f %12llu\n", "Open MPI MPI_Allreduce", Median(worst), (unsigned long long)total_wrong);
+        if (series > 0) PrintSeries("Open MPI MPI_Allreduce", worst, series);
+      }
     }
   }  // sizes
   if (ops == 0) {

@@ -23,6 +23,11 @@
 # $out/placement_samples.txt, headed by the run: where the threads of a slow
 # run sit, beside a fast one's; and the context switches so far (voluntary,
 # involuntary) summed per thread name, "ctx NAME V N": futex sleeps per op.
+# SCHED=1 (instead): every 50 ms, each thread's core, run time, time
+# waiting on a run queue and timeslices (/proc stat and schedstat) into
+# $out/sched_samples.txt: whether a slow run's busy threads queue behind
+# each other. ITERS, WARMUP: iterations a run (200) and before it (20);
+# SERIES=N: the bench's medians of each N iterations in order (--series).
 source "$(dirname "$0")/gpu_bundle_env.sh"
 cores=$(nproc) half=$(( $(nproc) / 2 ))
 cat > "$out/pin_wrap.sh" <<'WRAP'
@@ -76,8 +81,40 @@ chmod +x "$out/pin_wrap.sh"
                sleep 0.05
              done >> "$out/placement_samples.txt") &
             sampler=$!
+          elif [ -n "${SCHED:-}" ]; then
+            # SCHED=1: every 50 ms each thread of the daemon and the clients,
+            # from /proc: "tid comm processor run_ns runqueue_wait_ns
+            # timeslices" (stat field 39; schedstat). Time waiting on a run
+            # queue is what a thread loses to another on its core.
+            echo "## round $round, $n processes, $placement, lead $lead" >> "$out/sched_samples.txt"
+            # One process reads /proc each time (no fork a thread).
+            python3 -u - >> "$out/sched_samples.txt" <<'PY' &
+import os, re, time
+pat = re.compile(rb"bin/collectived|collectived-host-bench")
+while True:
+    print("#", time.time_ns())
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if not pat.search(f.read()):
+                    continue
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/stat") as f:
+                    st = f.read()
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    ss = f.read().split()
+                comm = st[st.index("(") + 1:st.rindex(")")].replace(" ", "_")
+                cpu = st[st.rindex(")") + 2:].split()[36]
+                print(t, p, comm, cpu, *ss)
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+    time.sleep(0.05)
+PY
+            sampler=$!
           fi
-          timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --bytes "${BYTES:-16384,1048576}" --ops 0 \
+          timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --warmup "${WARMUP:-20}" ${SERIES:+--series "$SERIES"} --bytes "${BYTES:-16384,1048576}" --ops 0 \
             --modes "${MODES:-client,daemon}" 2>&1 | grep -v "^#\|^$"
           [ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
         done

@@ -31,9 +31,12 @@ strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
 if command -v mpicxx > /dev/null; then
   mpicxx -O2 -o "$out"/bin/ucx_exchange_probe "$root"/tools/gpu-lab/ucx_exchange_probe.cc -lucp -lucs
 fi
-# The data-loop probe (loop_probe.cu), where a CUDA compiler is installed.
+# The data-loop probes (loop_probe.cu, wide_reduce_probe.cu), where a CUDA
+# compiler is installed.
 if command -v nvcc > /dev/null; then
-  nvcc -O3 -arch=sm_90 -std=c++17 -o "$out"/bin/loop_probe "$root"/tools/gpu-lab/loop_probe.cu
+  for probe in loop_probe wide_reduce_probe; do
+    nvcc -O3 -arch=sm_90 -std=c++17 -o "$out"/bin/$probe "$root"/tools/gpu-lab/$probe.cu
+  done
 fi
 # Programs linked with -lnccl load it as libnccl.so.2: a directory of its own,
 # which `device-bundle prune` leaves alone (the machine may have a real NCCL).

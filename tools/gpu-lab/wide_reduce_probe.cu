@@ -1,0 +1,318 @@
+// Lab probe (issue 19, the 8-rank all-reduce at 16 MiB): which data-loop
+// shape carries the two-shot push's traffic at n ranks on one GPU fastest.
+// Rank r's blocks reduce chunk r of n inputs and store it into all n
+// outputs (float32 sum), as TwoShotPushKernel does, without barriers or the
+// op protocol; one launch holds every rank's blocks (blocks / rank as the
+// product's residency rule gives: SMs / n). Beside it, in the same run, a
+// cudaMemcpyAsync of the same traffic (n * S bytes copied: 2nS of traffic),
+// the yardstick issue 19's 90 % refers to. Every variant's outputs are
+// poisoned before and checked after (inputs of known sum).
+//   wide_reduce_probe [ranks...]   (default 8 4; buffers 16 and 64 MiB)
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+constexpr int kMaxRanks = 8;
+
+struct Bufs {
+  const float4* in[kMaxRanks];
+  float4* out[kMaxRanks];
+  int n;
+  size_t chunk;  // packs a rank
+  int blocks;    // a rank
+};
+
+__device__ __forceinline__ float4 Add(float4 x, float4 y) { return {x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w}; }
+
+// kLd: 0 plain, 1 evict-first (the product's streaming loads), 2 evict-first
+// with a 256-byte L2 prefetch. kSt: 0 plain, 1 evict-first.
+template <int kLd>
+__device__ __forceinline__ float4 Ld(const float4* p) {
+  if constexpr (kLd == 0) return *p;
+  if constexpr (kLd == 1) return __ldcs(p);
+  float4 v;
+  asm volatile("ld.global.cs.L2::256B.v4.f32 {%0,%1,%2,%3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p));
+  return v;
+}
+template <int kSt>
+__device__ __forceinline__ void St(float4* p, float4 v) {
+  if constexpr (kSt == 0) *p = v;
+  if constexpr (kSt == 1) __stcs(p, v);
+}
+
+struct Span {
+  size_t first, last, tid, nt;
+};
+__device__ __forceinline__ Span RankSpan(const Bufs& b) {
+  const int rank = blockIdx.x / b.blocks, bid = blockIdx.x % b.blocks;
+  const size_t first = size_t(rank) * b.chunk;
+  return {first, first + b.chunk, first + size_t(bid) * blockDim.x + threadIdx.x, size_t(b.blocks) * blockDim.x};
+}
+
+__device__ __forceinline__ float4 ReduceOne(const Bufs& b, size_t p) {
+  float4 s = b.in[0][p];
+  for (int k = 1; k < b.n; ++k) s = Add(s, b.in[k][p]);
+  return s;
+}
+
+// The product's shape (ReduceRange): kU packs of inputs 0 and 1 in flight,
+// then inputs 2..n-1 one at a time, kU packs each.
+template <int kU, int kLd, int kSt>
+__device__ __forceinline__ void CurBody(const Bufs& b) {
+  const Span s = RankSpan(b);
+  size_t p = s.tid;
+  for (; p + (kU - 1) * s.nt < s.last; p += s.nt * kU) {
+    float4 acc[kU];
+    {
+      float4 x[kU], y[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) x[u] = Ld<kLd>(b.in[0] + p + u * s.nt);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) y[u] = Ld<kLd>(b.in[1] + p + u * s.nt);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) acc[u] = Add(x[u], y[u]);
+    }
+#pragma unroll 1
+    for (int k = 2; k < b.n; ++k) {
+      float4 x[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) x[u] = Ld<kLd>(b.in[k] + p + u * s.nt);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) acc[u] = Add(acc[u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      for (int k = 0; k < b.n; ++k) St<kSt>(b.out[k] + p + u * s.nt, acc[u]);
+    }
+  }
+  for (; p < s.last; p += s.nt) {
+    const float4 v = ReduceOne(b, p);
+    for (int k = 0; k < b.n; ++k) b.out[k][p] = v;
+  }
+}
+template <int kU, int kLd, int kSt>
+__global__ void __launch_bounds__(512, 2) Cur(Bufs b) {
+  CurBody<kU, kLd, kSt>(b);
+}
+template <int kU, int kLd, int kSt>
+__global__ void __launch_bounds__(1024, 1) Cur1024(Bufs b) {
+  CurBody<kU, kLd, kSt>(b);
+}
+
+// Every input's kU packs in flight at once (N inputs, known at compile time).
+template <int N, int kU, int kLd, int kSt>
+__device__ __forceinline__ void AllInBody(const Bufs& b) {
+  const Span s = RankSpan(b);
+  size_t p = s.tid;
+  for (; p + (kU - 1) * s.nt < s.last; p += s.nt * kU) {
+    float4 x[N][kU];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) x[k][u] = Ld<kLd>(b.in[k] + p + u * s.nt);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      float4 acc = x[0][u];
+#pragma unroll
+      for (int k = 1; k < N; ++k) acc = Add(acc, x[k][u]);
+#pragma unroll
+      for (int k = 0; k < N; ++k) St<kSt>(b.out[k] + p + u * s.nt, acc);
+    }
+  }
+  for (; p < s.last; p += s.nt) {
+    const float4 v = ReduceOne(b, p);
+    for (int k = 0; k < N; ++k) b.out[k][p] = v;
+  }
+}
+template <int N, int kU, int kLd, int kSt>
+__global__ void __launch_bounds__(512, 2) AllIn(Bufs b) {
+  AllInBody<N, kU, kLd, kSt>(b);
+}
+template <int N, int kU, int kLd, int kSt>
+__global__ void __launch_bounds__(512, 1) AllInWide(Bufs b) {
+  AllInBody<N, kU, kLd, kSt>(b);
+}
+
+// Inputs staged through shared memory with cp.async (no registers held while
+// in flight): kStages groups of one pack of every input a thread, kStages - 1
+// of them in flight while the oldest is reduced. Each thread reads back only
+// what it copied itself, so cp.async.wait_group is the only wait.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* g) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ void CpCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kLeft>
+__device__ __forceinline__ void CpWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kLeft) : "memory");
+}
+
+template <int N, int kStages, int kSt>
+__global__ void __launch_bounds__(512, 1) Staged(Bufs b) {
+  extern __shared__ float4 sm[];  // [kStages][N][blockDim]
+  const Span s = RankSpan(b);
+  const size_t iters = s.tid < s.last ? (s.last - s.tid + s.nt - 1) / s.nt : 0;
+  auto slot = [&](size_t i, int k) { return sm + ((i % kStages) * N + k) * blockDim.x + threadIdx.x; };
+  auto issue = [&](size_t i) {
+    if (i < iters) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) CpAsync16(slot(i, k), b.in[k] + s.tid + i * s.nt);
+    }
+    CpCommit();  // empty past the end: keeps the group count fixed
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  for (size_t i = 0; i < iters; ++i) {
+    issue(i + kStages - 1);
+    CpWait<kStages - 1>();
+    float4 acc = *slot(i, 0);
+#pragma unroll
+    for (int k = 1; k < N; ++k) acc = Add(acc, *slot(i, k));
+    const size_t p = s.tid + i * s.nt;
+#pragma unroll
+    for (int k = 0; k < N; ++k) St<kSt>(b.out[k] + p, acc);
+  }
+  CpWait<0>();
+}
+
+__global__ void Fill(float* p, size_t n, float base) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    p[i] = base + float(i % 7);
+  }
+}
+// Counts elements of out that differ from the exact sum of n inputs.
+__global__ void Check(const float* out, size_t n_elems, int n, unsigned long long* bad) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n_elems; i += size_t(gridDim.x) * blockDim.x) {
+    float want = 0;
+    for (int k = 0; k < n; ++k) want += float(k + 1) + float(i % 7);
+    if (out[i] != want) atomicAdd(bad, 1ull);
+  }
+}
+
+int main(int argc, char** argv) {
+  std::vector<int> ranks_list = {8, 4};
+  if (argc > 1) {
+    ranks_list.clear();
+    for (int i = 1; i < argc; ++i) ranks_list.push_back(std::atoi(argv[i]));
+  }
+  const std::vector<size_t> sizes = {16u << 20, 64u << 20};
+  const int iters = 20, warm = 3;
+  int sms = 0, smem_optin = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const size_t max = sizes.back();
+  float *in_all, *out_all;
+  CK(cudaMalloc(&in_all, kMaxRanks * max));
+  CK(cudaMalloc(&out_all, kMaxRanks * max));
+  unsigned long long* bad;
+  CK(cudaMalloc(&bad, sizeof(*bad)));
+  auto time = [&](const std::function<void()>& run) {
+    for (int i = 0; i < warm; ++i) run();
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < iters; ++i) run();
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1000.0 / iters;
+  };
+  std::printf("# %d SMs; us per op (20 back to back, 3 warm), GB/s of traffic, %% of a cudaMemcpyAsync of the same traffic; "
+              "bad = elements of any output not the exact sum\n",
+              sms);
+  for (int n : ranks_list) {
+    if (n < 2 || n > kMaxRanks) {
+      std::fprintf(stderr, "ranks %d: 2..%d\n", n, kMaxRanks);
+      return 2;
+    }
+    const int blocks = sms / n;  // the product's residency rule: one block a rank an SM
+    for (size_t S : sizes) {
+      const size_t packs = S / 16, elems = S / 4;
+      Bufs b{};
+      b.n = n;
+      b.blocks = blocks;
+      b.chunk = packs / n;
+      for (int k = 0; k < n; ++k) {
+        b.in[k] = reinterpret_cast<const float4*>(in_all) + k * packs;
+        b.out[k] = reinterpret_cast<float4*>(out_all) + k * packs;
+        Fill<<<sms * 4, 256, 0, st>>>(in_all + k * elems, elems, float(k + 1));
+      }
+      CK(cudaStreamSynchronize(st));
+      const double copy = time([&] { CK(cudaMemcpyAsync(out_all, in_all, n * S, cudaMemcpyDeviceToDevice, st)); });
+      const double traffic = 2.0 * n * S;
+      std::printf("## %d ranks, %zu MiB a buffer, %d blocks a rank: memcpy of %zu MiB %.2f us (%.0f GB/s)\n", n, S >> 20,
+                  blocks, (n * S) >> 20, copy, traffic / copy / 1e3);
+      auto row = [&](const char* name, int threads, size_t smem, const std::function<void(int, size_t)>& launch) {
+        CK(cudaMemsetAsync(out_all, 0xff, n * S, st));  // poison: NaN
+        const double us = time([&] { launch(threads, smem); });
+        CK(cudaMemsetAsync(bad, 0, sizeof(*bad), st));
+        for (int k = 0; k < n; ++k) Check<<<sms * 4, 256, 0, st>>>(out_all + k * elems, elems, n, bad);
+        unsigned long long h = 0;
+        CK(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        std::printf("%-40s %9.2f us %7.0f GB/s %6.1f %%  bad %llu\n", name, us, traffic / us / 1e3, 100.0 * copy / us, h);
+      };
+      const int g = blocks * n;
+#define ROW(NAME, T, SMEM, ...) \
+  row(NAME, T, SMEM, [&](int t, size_t sm) { __VA_ARGS__<<<g, t, sm, st>>>(b); })
+      ROW("cur<4,cs,cs> (the product)", 512, 0, Cur<4, 1, 1>);
+      ROW("cur<4,plain,cs>", 512, 0, Cur<4, 0, 1>);
+      ROW("cur<4,cs+L2::256B,cs>", 512, 0, Cur<4, 2, 1>);
+      ROW("cur<4,cs,plain>", 512, 0, Cur<4, 1, 0>);
+      ROW("cur<2,cs,cs>", 512, 0, Cur<2, 1, 1>);
+      ROW("cur1024<4,cs,cs>", 1024, 0, Cur1024<4, 1, 1>);
+      // Two blocks of 512 a rank an SM (past the product's residency rule).
+      row("cur<4,cs,cs> x2 blocks", 512, 0, [&](int t, size_t) {
+        Bufs b2 = b;
+        b2.blocks = 2 * blocks;
+        Cur<4, 1, 1><<<2 * g, t, 0, st>>>(b2);
+      });
+      if (n == 8) {
+        ROW("allin<8,1,cs,cs>", 512, 0, AllIn<8, 1, 1, 1>);
+        ROW("allin<8,2,cs,cs> (128 regs)", 512, 0, AllInWide<8, 2, 1, 1>);
+        ROW("allin<8,4,cs,cs> (128 regs)", 512, 0, AllInWide<8, 4, 1, 1>);
+      } else if (n == 4) {
+        ROW("allin<4,2,cs,cs>", 512, 0, AllIn<4, 2, 1, 1>);
+        ROW("allin<4,4,cs,cs> (128 regs)", 512, 0, AllInWide<4, 4, 1, 1>);
+      }
+      auto staged = [&](const char* name, auto kernel, int stages_times_n) {
+        const size_t smem = size_t(stages_times_n) * 512 * 16;
+        if (smem > size_t(smem_optin)) {
+          std::printf("%-40s skipped: %zu bytes of shared memory\n", name, smem);
+          return;
+        }
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        row(name, 512, smem, [&](int t, size_t sm) { kernel<<<g, t, sm, st>>>(b); });
+      };
+      if (n == 8) {
+        staged("staged<8, 2 stages>", Staged<8, 2, 1>, 16);
+        staged("staged<8, 3 stages>", Staged<8, 3, 1>, 24);
+      } else if (n == 4) {
+        staged("staged<4, 3 stages>", Staged<4, 3, 1>, 12);
+        staged("staged<4, 6 stages>", Staged<4, 6, 1>, 24);
+      }
+    }
+  }
+  return 0;
+}
