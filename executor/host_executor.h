@@ -93,7 +93,8 @@ Status ExecuteOp(const ring::CommSegment& seg, uint32_t rank, uint64_t index, Bu
 // which reads every rank's input in place and writes every rank's output,
 // with no barrier. On a node whose cores are
 // shared, n executors meeting in barriers pay for every pair that lands on
-// one core (bench/RESULTS.md, "Host backend against Open MPI, now"); one
+// one core (docs/results-history.md, the host runs of the sixteenth to
+// twenty-fourth sessions); one
 // thread does not. Rank 0's control().lead holds what its executor decided
 // for the latest op: ((index + 1) << 2) | LeadState.
 //   leader    waits for every descriptor; leads the op when all match, are

@@ -39,8 +39,10 @@ int SpinIterations() {
 // waits for (a client and the daemon executor that runs its op) held that
 // thread off as long: the 16-core machine's slow daemon-executed runs (150-240
 // us at 16 KiB against 19) and this machine's with 4000 spins (210 us, 2
-// cores; bench/RESULTS.md "Host backend"). After it, the yields hand the core
-// over at once. COLLECTIVED_SPIN_US overrides.
+// cores; docs/results-history.md, "The spin's time bound"). After it, the
+// yields hand the core over at once. A 1 us bound was measured too and not
+// taken (bench/RESULTS.md, "Host backend against Open MPI, now").
+// COLLECTIVED_SPIN_US overrides.
 int64_t SpinNs() {
   static const int64_t ns = [] {
     if (const char* env = std::getenv("COLLECTIVED_SPIN_US")) return int64_t{std::atoi(env)} * 1000;
