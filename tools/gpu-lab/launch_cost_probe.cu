@@ -30,14 +30,7 @@ __global__ void Spin(BigArgs a, uint64_t ns) {
   if (a.words[0] == 12345) a.out[0] = nullptr;  // keeps the argument live
 }
 
-#define CHECK(x)                                                            \
-  do {                                                                      \
-    cudaError_t e = (x);                                                    \
-    if (e != cudaSuccess) {                                                 \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));          \
-      std::exit(1);                                                         \
-    }                                                                       \
-  } while (0)
+#include "probe_check.h"
 
 template <typename F>
 double PerCallUs(int iters, F f) {
@@ -50,14 +43,14 @@ int main(int argc, char** argv) {
   const uint64_t spin_ns = argc > 1 ? std::strtoull(argv[1], nullptr, 0) : 0;
   const int iters = argc > 2 ? std::atoi(argv[2]) : 2000;
   cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BigArgs a{};
   void* buf = nullptr;
-  CHECK(cudaMalloc(&buf, 1 << 20));
+  CK(cudaMalloc(&buf, 1 << 20));
   cudaEvent_t ev[64];
-  for (auto& event : ev) CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  for (auto& event : ev) CK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   Spin<<<1, 32, 0, s>>>(a, 0);
-  CHECK(cudaStreamSynchronize(s));
+  CK(cudaStreamSynchronize(s));
   const pid_t pid = getpid();
   auto line = [&](const char* what, double us) {
     std::printf("pid %d spin %llu ns: %-44s %8.2f us/call\n", static_cast<int>(pid),
@@ -74,17 +67,17 @@ int main(int argc, char** argv) {
        }));
   line("cudaEventQuery (fired)", PerCallUs(iters, [&](int i) { cudaEventQuery(ev[i % 64]); }));
   line("cudaEventRecord", PerCallUs(iters, [&](int i) { cudaEventRecord(ev[i % 64], s); }));
-  CHECK(cudaStreamSynchronize(s));
+  CK(cudaStreamSynchronize(s));
   line("cudaStreamWaitEvent (same stream's event)", PerCallUs(iters, [&](int i) { cudaStreamWaitEvent(s, ev[i % 64], 0); }));
-  CHECK(cudaStreamSynchronize(s));
+  CK(cudaStreamSynchronize(s));
   line("launch (kernel spins SPIN_NS)", PerCallUs(iters, [&](int) { Spin<<<1, 32, 0, s>>>(a, spin_ns); }));
-  CHECK(cudaStreamSynchronize(s));
+  CK(cudaStreamSynchronize(s));
   line("wait + launch + record (an eager op's calls)", PerCallUs(iters, [&](int i) {
          cudaStreamWaitEvent(s, ev[(i + 63) % 64], 0);
          Spin<<<1, 32, 0, s>>>(a, spin_ns);
          cudaEventRecord(ev[i % 64], s);
        }));
-  CHECK(cudaStreamSynchronize(s));
-  CHECK(cudaGetLastError());
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGetLastError());
   return 0;
 }

@@ -12,14 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      printf("%s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));          \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
+#include "probe_check.h"
 
 __device__ __forceinline__ uint64_t Now() {
   uint64_t t;
