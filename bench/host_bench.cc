@@ -13,8 +13,8 @@
 // all-reduce (post + wait); the iteration's time is the slowest rank's; the
 // median over iterations is reported. Results are checked exactly.
 // --series N also prints each run's medians of consecutive N-iteration
-// blocks, in order: a start-up transient shows as slow first blocks, where
-// the one median cannot tell it from a slow steady state.
+// blocks, in order: where in a run a slow stretch starts and ends, which the
+// one median cannot tell.
 // Throughput: a window of 32 one-element all-reduces in flight per rank,
 // ops completed per second, from 1 client and from every client.
 #include <mpi.h>

@@ -83,7 +83,7 @@ chmod +x "$out/pin_wrap.sh"
             sampler=$!
           elif [ -n "${SCHED:-}" ]; then
             # SCHED=1: every 50 ms each thread of the daemon and the clients,
-            # from /proc: "tid comm processor run_ns runqueue_wait_ns
+            # from /proc: "tid pid comm processor run_ns runqueue_wait_ns
             # timeslices" (stat field 39; schedstat). Time waiting on a run
             # queue is what a thread loses to another on its core.
             echo "## round $round, $n processes, $placement, lead $lead" >> "$out/sched_samples.txt"
