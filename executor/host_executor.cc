@@ -493,6 +493,7 @@ void RankExecutor::Start() {
 void RankExecutor::RunReadyLocked(uint64_t index) {
   while (next_ <= index && !stop_.load(std::memory_order_acquire) &&
          seg_.slot(rank_, next_).ready_seq.load(std::memory_order_acquire) >= next_ + 1) {
+    ring::PublishCpu(seg_.control(rank_).executor_cpu.value);  // for the op's waiters (WaitOpDone)
     if (lead_max_bytes_ != 0) {
       LeadOp(next_);
     } else {
@@ -535,7 +536,9 @@ Status RankExecutor::LeadOp(uint64_t index) {
   std::vector<const OpDescriptor*> descs(n);
   bool lead = true;
   for (uint32_t k = 0; lead && k < n; ++k) {
-    lead = ring::WaitAtLeast(seg_.slot(k, index).ready_seq, index + 1, ctx, "a peer to post").ok();
+    ring::WaitContext post_ctx = ctx;  // the poster may share this core: then no spin
+    post_ctx.writer_cpus[0] = &seg_.control(k).poster_cpu.value;
+    lead = ring::WaitAtLeast(seg_.slot(k, index).ready_seq, index + 1, post_ctx, "a peer to post").ok();
     descs[k] = &seg_.slot(k, index).desc;
   }
   // No led op after an abort: ExecuteOp fails it on every rank.
@@ -589,6 +592,7 @@ Status RankExecutor::LeadOp(uint64_t index) {
 void RankExecutor::RunDeclined(uint64_t index, int64_t deadline_ns) {
   MutexLock lock(&duty_);
   if (stop_.load(std::memory_order_acquire) || next_ != index) return;
+  ring::PublishCpu(seg_.control(rank_).executor_cpu.value);
   ExecuteOp(seg_, rank_, index, *resolver_, &stop_, nullptr, deadline_ns);
   next_ = index + 1;
 }

@@ -36,6 +36,7 @@ Status PostOp(const CommSegment& seg, uint32_t rank, const OpDescriptor& desc, c
   // ready_seq after copying it (see CompletedOpStatus).
   slot.desc = desc;
   slot.posted_ns = NowNs();
+  PublishCpu(ctl.poster_cpu.value);  // where this rank's next post likely comes from
   PublishWord(slot.ready_seq, i + 1);
   *index = i;
   return Status::Ok();
@@ -87,6 +88,9 @@ Status WaitOpDone(const CommSegment& seg, uint32_t rank, uint64_t index, const W
   // in case no executor is left (the process that ran it died).
   WaitContext no_abort = ctx;
   no_abort.segment = nullptr;
+  // The completer: the rank's executor, or rank 0's where it led the op.
+  no_abort.writer_cpus[0] = &seg.control(rank).executor_cpu.value;
+  no_abort.writer_cpus[1] = &seg.control(0).executor_cpu.value;
   Status s = WaitAtLeast(seg.control(rank).completed.value, index + 1, no_abort, "op completion");
   if (!s.ok()) {
     if (seg.aborted()) return seg.AbortStatus();

@@ -1,5 +1,7 @@
 // Unit tests of the op-ring protocol: layout, post/complete, matcher.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -203,6 +205,67 @@ TEST(WaitTest, WakesAcrossThreadsAndSeesAbort) {
   EXPECT_NE(st.message().find("peer died"), std::string::npos);
   s.seg.Abort(StatusCode::kInternal, "second reason");  // first abort wins
   EXPECT_NE(s.seg.AbortStatus().message().find("peer died"), std::string::npos);
+}
+
+// Pins the calling thread to `cpu`; false where the process may not run there.
+bool PinTo(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+// The first CPU this process may run on.
+int FirstAllowedCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) return c;
+  }
+  return -1;
+}
+
+TEST(WaitTest, PublishCpuNamesTheCallersCpu) {
+  const int cpu = FirstAllowedCpu();
+  ASSERT_GE(cpu, 0);
+  std::atomic<uint64_t> word{12345};  // poison: no CPU's word
+  std::thread t([&] {
+    ASSERT_TRUE(PinTo(cpu));
+    EXPECT_EQ(CurrentCpuWord(), static_cast<uint64_t>(cpu) + 1);
+    PublishCpu(word);
+  });
+  t.join();
+  EXPECT_EQ(word.load(), static_cast<uint64_t>(cpu) + 1);
+}
+
+// A waiter told that its writer shares its CPU skips the spin; it must still
+// see the write, and still time out where none comes. Both threads on one
+// CPU: the writer runs only when the waiter gives the core up.
+TEST(WaitTest, WaiterOnItsWritersCpuSeesTheWriteAndTimesOut) {
+  const int cpu = FirstAllowedCpu();
+  ASSERT_GE(cpu, 0);
+  OwnedSegment s(Params(2));
+  std::atomic<uint64_t>& word = s.seg.control(0).completed.value;
+  std::atomic<uint64_t>& writer_cpu = s.seg.control(0).executor_cpu.value;
+  writer_cpu.store(static_cast<uint64_t>(cpu) + 1);
+  std::thread waiter([&] {
+    ASSERT_TRUE(PinTo(cpu));
+    WaitContext ctx{&s.seg, nullptr, NowNs() + 5'000'000'000};
+    ctx.writer_cpus[0] = &writer_cpu;
+    EXPECT_TRUE(WaitAtLeast(word, 3, ctx, "test").ok());
+    WaitContext short_ctx{&s.seg, nullptr, NowNs() + 20'000'000};
+    short_ctx.writer_cpus[1] = &writer_cpu;
+    EXPECT_EQ(WaitAtLeast(word, 4, short_ctx, "test").code(), StatusCode::kDeadlineExceeded);
+  });
+  std::thread writer([&] {
+    ASSERT_TRUE(PinTo(cpu));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    PublishWord(word, 3);
+  });
+  writer.join();
+  waiter.join();
+  EXPECT_EQ(word.load(), 3u);
 }
 
 TEST(MatcherTest, AgreeingDescriptorsMatch) {

@@ -22,8 +22,9 @@ constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
 // every communicator attaches this segment, so client and daemon of
 // different layouts meet here. 5: OpCounters, RingSlot::posted_ns; 6: the
 // GPU control window's block completion words; 7: a start flag's descriptor
-// in tagged words; 8: CommHeader::gpu_flags; 9: RankControl::lead.
-constexpr uint32_t kLayoutVersion = 9;
+// in tagged words; 8: CommHeader::gpu_flags; 9: RankControl::lead; 10:
+// RankControl::executor_cpu and poster_cpu.
+constexpr uint32_t kLayoutVersion = 10;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -114,6 +115,12 @@ struct alignas(kCacheLine) RankControl {
   // Daemon-executed host communicators, rank 0's only: what its executor
   // decided for each op it may run alone for every rank (executor/, LeadWord).
   PaddedWord lead;
+  // Host communicators: 1 + the CPU the thread that last ran this rank's op
+  // (its executor; rank 0's for an op it led) and the thread that last posted
+  // one ran on; 0 = not known. A waiter on the CPU of the thread it waits for
+  // skips its spin, which would hold that thread off (WaitContext::writer_cpus).
+  PaddedWord executor_cpu;
+  PaddedWord poster_cpu;
 };
 
 // The operating counters of a host communicator (the daemon's metrics read

@@ -64,6 +64,32 @@ int64_t YieldNs() {
 
 }  // namespace
 
+uint64_t CurrentCpuWord() {
+  const int cpu = sched_getcpu();
+  return cpu < 0 ? 0 : static_cast<uint64_t>(cpu) + 1;
+}
+
+void PublishCpu(std::atomic<uint64_t>& word) {
+  const uint64_t mine = CurrentCpuWord();
+  if (word.load(std::memory_order_relaxed) != mine) word.store(mine, std::memory_order_relaxed);
+}
+
+namespace {
+
+// Whether a thread that will write the awaited word last ran on this CPU.
+// Only a hint: either may move at any time, and the wait is correct either way.
+bool WriterOnThisCpu(const WaitContext& ctx) {
+  if (ctx.writer_cpus[0] == nullptr && ctx.writer_cpus[1] == nullptr) return false;
+  const uint64_t mine = CurrentCpuWord();
+  if (mine == 0) return false;
+  for (const std::atomic<uint64_t>* w : ctx.writer_cpus) {
+    if (w != nullptr && w->load(std::memory_order_relaxed) == mine) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int64_t NowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -72,7 +98,8 @@ int64_t NowNs() {
 
 Status WaitAtLeast(const std::atomic<uint64_t>& word, uint64_t target, const WaitContext& ctx, const char* what,
                    unsigned shift) {
-  const int spins = ctx.idle ? 0 : SpinIterations();
+  // The spins hold the core: none where the writer shares it.
+  const int spins = ctx.idle || WriterOnThisCpu(ctx) ? 0 : SpinIterations();
   // The clock is read from the 64th poll on, every 64: a word already set
   // costs no clock read. The bound is checked from there, so at least 64
   // polls run whatever it is.

@@ -38,7 +38,20 @@ struct WaitContext {
   const std::atomic<bool>* stop = nullptr; // in-process stop request, if set
   int64_t deadline_ns = 0;                 // NowNs() value; 0 = none (avoid)
   bool idle = false;  // waiting for work, not for a peer inside an op: sleep at once
+  // Where known, words holding 1 + the CPU of the thread that will write the
+  // awaited word (PublishCpu): a waiter on that CPU yields from the start
+  // instead of spinning, since its spin would keep that thread off the core
+  // (8 processes on 8 cores: a third of the slow 100-op blocks of 16 KiB led
+  // ops left, bench/RESULTS.md "Host backend against Open MPI, now").
+  const std::atomic<uint64_t>* writer_cpus[2] = {nullptr, nullptr};
 };
+
+// 1 + the CPU the calling thread runs on now (0 where unknown).
+uint64_t CurrentCpuWord();
+
+// Stores CurrentCpuWord() into `word` (relaxed) where it changed: a word read by
+// waiters of other processes is written only when the thread moved.
+void PublishCpu(std::atomic<uint64_t>& word);
 
 // Waits until `word` >= `target` (after `shift` bits of right shift).
 // Returns OK, ABORTED (abort word / stop) or DEADLINE_EXCEEDED naming `what`.
