@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -543,6 +544,13 @@ Status RankExecutor::LeadOp(uint64_t index) {
   }
   // No led op after an abort: ExecuteOp fails it on every rank.
   lead = lead && !seg_.aborted() && Leadable(seg_, index, descs.data(), lead_max_bytes_);
+  if (lead) {
+    // A client that waits for this op may have posted from this CPU: the
+    // op then runs only when its wait yields. Step to a CPU no client is on.
+    std::array<uint64_t, ring::kMaxRanks> posters{};
+    for (uint32_t k = 0; k < n; ++k) posters[k] = seg_.control(k).poster_cpu.value.load(std::memory_order_relaxed);
+    if (mover_.MoveOffBusy(posters.data(), n)) ring::PublishCpu(seg_.control(0).executor_cpu.value);
+  }
   std::atomic<uint64_t>& word = seg_.control(0).lead.value;
   const bool claimed = ClaimLeadWord(word, index, lead ? kLeadRunning : kLeadDeclined, nullptr);
   if (!claimed || !lead) {

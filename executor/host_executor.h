@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "base/mutex.h"
+#include "executor/cpu_move.h"
 #include "collectived/status.h"
 #include "ring/segment_layout.h"
 #include "ring/wait.h"
@@ -163,6 +164,9 @@ class RankExecutor {
   std::atomic<bool> exited_{false};  // Loop returned
   Mutex duty_;  // held by whichever thread runs this rank's ops
   uint64_t next_ COLLECTIVED_GUARDED_BY(duty_) = 0;  // the next op to run
+  // The leader steps off a CPU a waiting client posted from, at most once a
+  // millisecond (LeadOp, under duty_).
+  CpuMover mover_{1'000'000};
   std::thread thread_;
 };
 
