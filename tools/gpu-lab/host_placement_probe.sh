@@ -8,7 +8,10 @@
 #           second (taskset; bench/run_host_bench.sh's COLLECTIVED_DAEMON_WRAP
 #           and COLLECTIVED_CLIENT_WRAP);
 #   pinned  each daemon executor thread (cd-executor) pinned to a core of its
-#           own as it appears, from the last core down, the clients free.
+#           own as it appears, from the last core down, the clients free;
+#   narrow  the daemon and the clients on cores 0..NARROW-1 (default: as many
+#           as processes): a client and the leading executor always share a
+#           core, the state a free run's slow episodes are in.
 # If "split" is never slow and "free" sometimes is, a client's spinning
 # thread and the daemon executor it waits for share a core in the slow runs;
 # "pinned" asks whether the daemon could place its executors itself (the
@@ -28,6 +31,10 @@
 # $out/sched_samples.txt: whether a slow run's busy threads queue behind
 # each other. ITERS, WARMUP: iterations a run (200) and before it (20);
 # SERIES=N: the bench's medians of each N iterations in order (--series).
+# SIDES: bundles to alternate inside each placement, each a folder beside
+# this script holding bin/collectived, bin/collectived-host-bench and lib/
+# (the client library): builds A/B'd in the same rounds (default: this one).
+#   SIDES="old new" PLACEMENTS="narrow free" PROCS=8 bash gpu-bundle/host_placement_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 cores=$(nproc) half=$(( $(nproc) / 2 ))
 cat > "$out/pin_wrap.sh" <<'WRAP'
@@ -60,11 +67,13 @@ chmod +x "$out/pin_wrap.sh"
         case $placement in
           split) export COLLECTIVED_DAEMON_WRAP="taskset -c 0-$((half - 1))" COLLECTIVED_CLIENT_WRAP="taskset -c $half-$((cores - 1))" ;;
           pinned) export COLLECTIVED_DAEMON_WRAP="$out/pin_wrap.sh" ;;
+          narrow) export COLLECTIVED_DAEMON_WRAP="taskset -c 0-$((${NARROW:-$n} - 1))" COLLECTIVED_CLIENT_WRAP="taskset -c 0-$((${NARROW:-$n} - 1))" ;;
         esac
+        for side in ${SIDES:-.}; do
         for lead in ${LEADS:-default}; do
           unset COLLECTIVED_DAEMON_ARGS
           [ "$lead" = default ] || export COLLECTIVED_DAEMON_ARGS="--host-lead-max-bytes $lead"
-          echo "## round $round, $n processes, $placement, lead $lead"
+          echo "## round $round, $n processes, $placement, lead $lead, side $side"
           sampler=
           if [ -n "${SAMPLE:-}" ]; then
             echo "## round $round, $n processes, $placement, lead $lead" >> "$out/placement_samples.txt"
@@ -114,9 +123,11 @@ while True:
 PY
             sampler=$!
           fi
-          timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --warmup "${WARMUP:-20}" ${SERIES:+--series "$SERIES"} --bytes "${BYTES:-16384,1048576}" --ops 0 \
+          COLLECTIVED_BUILD_DIR=$PWD/$side LD_LIBRARY_PATH=$PWD/$side/lib:$LD_LIBRARY_PATH \
+            timeout 120 bash run_host_bench.sh "$n" --iters "${ITERS:-200}" --warmup "${WARMUP:-20}" ${SERIES:+--series "$SERIES"} --bytes "${BYTES:-16384,1048576}" --ops 0 \
             --modes "${MODES:-client,daemon}" 2>&1 | grep -v "^#\|^$"
           [ -n "$sampler" ] && kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null
+        done
         done
       done
     done
