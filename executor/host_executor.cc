@@ -617,7 +617,8 @@ void RankExecutor::FollowLoop() {
   // stream of led ops completes ops without a wake, so a slice started
   // afresh each op woke every follower about once an op, and carried over
   // it roughly halved the 8-process 16 KiB led op on 2 cores
-  // (bench/RESULTS.md, "Host backend against Open MPI, now"). Reset by a
+  // (docs/results-history.md, twenty-seventh session's move of "Host backend
+  // against Open MPI, now"). Reset by a
   // declined op, after which the leader wakes the followers anyway.
   constexpr int64_t kFirstSliceNs = 20'000;
   int64_t led_slice = kFirstSliceNs;
