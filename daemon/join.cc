@@ -140,7 +140,8 @@ ring::SegmentParams SegmentParamsFromConfig(const DaemonConfig& config, uint64_t
   params.ring_depth = config.ring_depth;
   params.max_message_bytes = config.max_message_bytes;
   params.one_shot_max_bytes =
-      gpu ? config.one_shot_max_bytes : ring::HostOneShotMaxBytes(config.one_shot_max_bytes, world_size);
+      gpu ? config.one_shot_max_bytes
+          : ring::HostOneShotMaxBytes(config.one_shot_max_bytes, world_size, mode == ExecutionMode::kDaemon);
   params.op_timeout_ns = static_cast<uint64_t>(op_timeout_ms) * 1000000;
   params.mode = mode;
   params.comm_id = comm_id;

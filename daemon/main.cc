@@ -90,7 +90,8 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
   // Every numeric option has a range: a value outside it stops start-up
   // naming the option, instead of a daemon that starts and then fails clients.
   app.add_option("--one-shot-max-bytes", cfg.one_shot_max_bytes,
-                 "all-reduce above this uses two-shot (host communicators of more than 2 ranks: above 2048 at most)")
+                 "all-reduce above this uses two-shot (host communicators of more than 2 ranks: above 2048 at most; "
+                 "daemon-executed host communicators of 2 ranks: never)")
       ->capture_default_str()->check(CLI::Range(uint64_t{0}, uint64_t{1} << 34));
   app.add_option("--host-lead-max-bytes", cfg.host_lead_max_bytes,
                  "daemon-executed host ops whose outputs (all ranks') total at most this run on one executor thread (0: off)")

@@ -365,19 +365,22 @@ TEST_F(RegistryTest, FetchWindowServesOnlyWhatTheSessionMayMap) {
 }
 
 // The one-shot limit every poster of a host communicator reads from its
-// segment: the configured one at two ranks, 2 KiB at more
-// (ring::HostOneShotMaxBytes).
+// segment: the configured one at two ranks client-executed, every size at
+// two ranks daemon-executed, 2 KiB at more (ring::HostOneShotMaxBytes).
 TEST_F(RegistryTest, HostCommunicatorsOfMoreThanTwoRanksLeaveOneShotEarly) {
-  for (uint32_t n : {2u, 4u}) {
-    std::vector<uint64_t> sessions;
-    for (uint32_t r = 0; r < n; ++r) sessions.push_back(Attach());
-    const uint64_t comm = Form(sessions, "one-shot-" + std::to_string(n));
-    ring::SegmentParams params;
-    ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(reg_, sessions[0], comm, &params));
-    EXPECT_EQ(params.one_shot_max_bytes, n == 2 ? TestConfig().one_shot_max_bytes : ring::kHostWideOneShotMaxBytes)
-        << n << " ranks";
-    EXPECT_GT(TestConfig().one_shot_max_bytes, ring::kHostWideOneShotMaxBytes);  // else the check above proves nothing
-    EXPECT_EQ(params.gpu_flags, 0u);  // the GPU fence options are off by default
+  for (ExecutionMode mode : {ExecutionMode::kDefault, ExecutionMode::kDaemon}) {
+    for (uint32_t n : {2u, 4u}) {
+      std::vector<uint64_t> sessions;
+      for (uint32_t r = 0; r < n; ++r) sessions.push_back(Attach());
+      const uint64_t comm = Form(sessions, "one-shot-" + std::to_string(n) + ExecutionModeName(mode), mode);
+      ring::SegmentParams params;
+      ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(reg_, sessions[0], comm, &params));
+      const uint64_t two_ranks = mode == ExecutionMode::kDaemon ? UINT64_MAX : TestConfig().one_shot_max_bytes;
+      EXPECT_EQ(params.one_shot_max_bytes, n == 2 ? two_ranks : ring::kHostWideOneShotMaxBytes)
+          << n << " ranks, " << ExecutionModeName(mode);
+      EXPECT_GT(TestConfig().one_shot_max_bytes, ring::kHostWideOneShotMaxBytes);  // else the check above proves nothing
+      EXPECT_EQ(params.gpu_flags, 0u);  // the GPU fence options are off by default
+    }
   }
 }
 

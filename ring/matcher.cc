@@ -46,7 +46,8 @@ Algorithm ChooseAlgorithm(CollectiveKind kind, uint64_t bytes, uint64_t one_shot
   return bytes <= one_shot_max_bytes ? Algorithm::kOneShot : Algorithm::kTwoShot;
 }
 
-uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size) {
+uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size, bool daemon_executed) {
+  if (world_size == 2 && daemon_executed) return UINT64_MAX;
   if (world_size <= 2) return configured;
   return configured < kHostWideOneShotMaxBytes ? configured : kHostWideOneShotMaxBytes;
 }

@@ -134,13 +134,21 @@ TEST(OpCodecTest, OneAlgorithmChoiceForEveryPoster) {
 }
 
 TEST(OpCodecTest, HostCommunicatorsOfMoreThanTwoRanksLeaveOneShotEarly) {
-  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 1), 256u * 1024);
-  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 2), 256u * 1024);
-  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 3), kHostWideOneShotMaxBytes);
-  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 8), kHostWideOneShotMaxBytes);
-  EXPECT_EQ(HostOneShotMaxBytes(1024, 8), 1024u);  // a lower configured limit stands
-  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 16 * 1024, HostOneShotMaxBytes(256 * 1024, 8)),
+  for (bool daemon : {false, true}) {
+    EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 1, daemon), 256u * 1024);
+    EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 3, daemon), kHostWideOneShotMaxBytes);
+    EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 8, daemon), kHostWideOneShotMaxBytes);
+    EXPECT_EQ(HostOneShotMaxBytes(1024, 8, daemon), 1024u);  // a lower configured limit stands
+    EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 16 * 1024, HostOneShotMaxBytes(256 * 1024, 8, daemon)),
+              Algorithm::kTwoShot);
+  }
+  // Two ranks: client-executed keeps the configured limit; daemon-executed
+  // reads in place and stays one-shot at every size.
+  EXPECT_EQ(HostOneShotMaxBytes(256 * 1024, 2, false), 256u * 1024);
+  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, 1 << 20, HostOneShotMaxBytes(256 * 1024, 2, false)),
             Algorithm::kTwoShot);
+  EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllReduce, uint64_t{1} << 34, HostOneShotMaxBytes(256 * 1024, 2, true)),
+            Algorithm::kOneShot);
 }
 
 TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
