@@ -1,6 +1,6 @@
 // Moving a daemon thread off a CPU it shares with a waiting client.
 //
-// The scheduler at times places a leading executor (host_executor.cc,
+// The scheduler at times places a leading executor (led_ops.cc,
 // LeadOp) on the CPU of a client that waits for the op it runs, and leaves
 // the pair there for 10-40 ms: each op then waits for the client's wait to
 // hand the CPU over (bench/RESULTS.md, "Host backend against Open MPI,
