@@ -209,9 +209,9 @@ void RankExecutor::FollowLoop() {
   // stream of led ops completes ops without a wake, so a slice started
   // afresh each op woke every follower about once an op, and carried over
   // it roughly halved the 8-process 16 KiB led op on 2 cores
-  // (docs/results-history.md, twenty-seventh session's move of "Host backend
-  // against Open MPI, now"). Reset by a
-  // declined op, after which the leader wakes the followers anyway.
+  // (docs/results-history.md, the twenty-fifth session's 2-core entry).
+  // Reset by a declined op, after which the leader wakes the followers
+  // anyway.
   constexpr int64_t kFirstSliceNs = 20'000;
   int64_t led_slice = kFirstSliceNs;
   while (!stop_.load(std::memory_order_acquire)) {

@@ -41,8 +41,7 @@ int SpinIterations() {
 // us at 16 KiB against 19) and this machine's with 4000 spins (210 us, 2
 // cores; docs/results-history.md, "The spin's time bound"). After it, the
 // yields hand the core over at once. A 1 us bound was measured too and not
-// taken (docs/results-history.md, twenty-seventh session's move of "Host
-// backend against Open MPI, now").
+// taken (docs/results-history.md, the twenty-sixth session's 16-core entry).
 // COLLECTIVED_SPIN_US overrides.
 int64_t SpinNs() {
   static const int64_t ns = [] {
