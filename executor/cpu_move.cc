@@ -11,7 +11,7 @@ namespace collectived::host {
 bool CpuMover::MoveOffBusy(const uint64_t* busy, size_t n) {
   const int cpu = sched_getcpu();
   if (cpu < 0) return false;
-  auto named = [&](int c) { return std::find(busy, busy + n, static_cast<uint64_t>(c) + 1) != busy + n; };
+  auto named = [&](int c) { return std::find(busy, busy + n, ring::CpuWord(c)) != busy + n; };
   if (!named(cpu)) return false;
   const int64_t now = ring::NowNs();
   if (last_move_ns_ != 0 && now - last_move_ns_ < min_interval_ns_) return false;

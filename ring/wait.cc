@@ -64,10 +64,7 @@ int64_t YieldNs() {
 
 }  // namespace
 
-uint64_t CurrentCpuWord() {
-  const int cpu = sched_getcpu();
-  return cpu < 0 ? 0 : static_cast<uint64_t>(cpu) + 1;
-}
+uint64_t CurrentCpuWord() { return CpuWord(sched_getcpu()); }
 
 void PublishCpu(std::atomic<uint64_t>& word) {
   const uint64_t mine = CurrentCpuWord();

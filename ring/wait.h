@@ -46,7 +46,10 @@ struct WaitContext {
   const std::atomic<uint64_t>* writer_cpus[2] = {nullptr, nullptr};
 };
 
-// 1 + the CPU the calling thread runs on now (0 where unknown).
+// The word that names `cpu` (1 + cpu; 0 is "unknown").
+inline uint64_t CpuWord(int cpu) { return cpu < 0 ? 0 : static_cast<uint64_t>(cpu) + 1; }
+
+// CpuWord of the CPU the calling thread runs on now.
 uint64_t CurrentCpuWord();
 
 // Stores CurrentCpuWord() into `word` (relaxed) where it changed: a word read by
