@@ -10,7 +10,9 @@
 # sizes with the reference beside (-r 1), then its 16-64 MiB range with the
 # lone copies of that traffic measured first. Outputs under $OUT.
 # PARTS also takes shape (1-16 MiB by doubling, for a fixed cost and a slope)
-# and large (256 MiB-1 GiB).
+# and large (256 MiB-1 GiB). MID_N / MID_G: ops a graph (20) and graphs a
+# timing (5) of those parts: more ops a graph spread a graph's launch and
+# its streams' join over more ops.
 #   RANKS="2 4 8" ROUNDS=1 PARTS="small mid" bash gpu-bundle/launch_ab_probe.sh
 source "$(dirname "$0")/gpu_bundle_env.sh"
 run() {  # bounded, line-buffered: a killed run still shows its rows
@@ -55,12 +57,12 @@ parts=${PARTS:-small mid}
             # mid: issue 19's 16-64 MiB; shape: 1-16 MiB by doubling, to fit
             # time = fixed + slope x size beside the copies' fit; large:
             # 256 MiB-1 GiB, unchecked (the throughput no-regression rows).
-            declare -A range=([mid]="-b 16M -e 64M -f 4 -c $c -n 20 -w 5" [shape]="-b 1M -e 16M -f 2 -c $c -n 20 -w 5"
+            declare -A range=([mid]="-b 16M -e 64M -f 4 -c $c -n ${MID_N:-20} -w 5" [shape]="-b 1M -e 16M -f 2 -c $c -n 20 -w 5"
               [large]="-b 256M -e 1G -f 4 -c 0 -n 10 -w 3")
             for t in all_reduce all_gather; do
               echo "## round $round, $g ranks, $part, $t, $n"
               # shellcheck disable=SC2086  # the range's flags split into words
-              (side_env; run -D "$sock" -k "$part$t$g$round$side" -t "$t" -g "$g" -z 1 -G 5 ${range[$part]})
+              (side_env; run -D "$sock" -k "$part$t$g$round$side" -t "$t" -g "$g" -z 1 -G "${MID_G:-5}" ${range[$part]})
             done
           fi
         done

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <vector>
@@ -100,6 +101,21 @@ __device__ __forceinline__ void CurBody(const Bufs& b) {
 template <int kU, int kLd, int kSt>
 __global__ void __launch_bounds__(512, 2) Cur(Bufs b) {
   CurBody<kU, kLd, kSt>(b);
+}
+// The product's shape with each block's first and last instant (globaltimer)
+// in stamps[2 * block]: how far apart blocks of one launch finish, the time
+// an end barrier waits on the slowest.
+__device__ __forceinline__ unsigned long long Now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__global__ void __launch_bounds__(512, 2) CurStamped(Bufs b, unsigned long long* stamps) {
+  __syncthreads();
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x] = Now();
+  CurBody<4, 1, 1>(b);
+  __syncthreads();
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x + 1] = Now();
 }
 template <int kU, int kLd, int kSt>
 __global__ void __launch_bounds__(1024, 1) Cur1024(Bufs b) {
@@ -288,6 +304,40 @@ int main(int argc, char** argv) {
       } else if (n == 4) {
         ROW("allin<4,2,cs,cs>", 512, 0, AllIn<4, 2, 1, 1>);
         ROW("allin<4,4,cs,cs> (128 regs)", 512, 0, AllInWide<4, 4, 1, 1>);
+      }
+      {
+        // Block timing of the product's shape, over the timed launches: per
+        // launch, the spread of block ends (last - first) and of starts, and
+        // the mean and longest block; medians over the launches.
+        unsigned long long* stamps;
+        CK(cudaMalloc(&stamps, sizeof(unsigned long long) * 2 * g * iters));
+        int launch = 0;
+        row("cur<4,cs,cs> stamped", 512, 0, [&](int t, size_t) {
+          CurStamped<<<g, t, 0, st>>>(b, stamps + 2 * g * (launch++ % iters));
+        });
+        std::vector<unsigned long long> h(2 * g * iters);
+        CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
+        std::vector<double> end_spread, start_spread, mean_block, max_block;
+        for (int l = 0; l < iters; ++l) {
+          const unsigned long long* s = h.data() + 2 * g * l;
+          unsigned long long s0 = ~0ull, s1 = 0, e0 = ~0ull, e1 = 0;
+          double sum = 0, mx = 0;
+          for (int k = 0; k < g; ++k) {
+            s0 = std::min(s0, s[2 * k]), s1 = std::max(s1, s[2 * k]);
+            e0 = std::min(e0, s[2 * k + 1]), e1 = std::max(e1, s[2 * k + 1]);
+            const double d = double(s[2 * k + 1] - s[2 * k]) / 1e3;
+            sum += d, mx = std::max(mx, d);
+          }
+          end_spread.push_back(double(e1 - e0) / 1e3), start_spread.push_back(double(s1 - s0) / 1e3);
+          mean_block.push_back(sum / g), max_block.push_back(mx);
+        }
+        auto med = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        std::printf("%-40s ends spread %.2f us, starts spread %.2f us, block mean %.2f us, longest %.2f us (medians)\n",
+                    "  block timing", med(end_spread), med(start_spread), med(mean_block), med(max_block));
+        CK(cudaFree(stamps));
       }
       auto staged = [&](const char* name, auto kernel, int stages_times_n) {
         const size_t smem = size_t(stages_times_n) * 512 * 16;
