@@ -74,6 +74,12 @@ struct OpInputs {
   std::vector<const void*> ptrs;  // per rank: its input slot, or its send buffer (zero copy)
   ring::Algorithm algorithm;      // the plan, or two-shot where zero copy must not overwrite a read input
   bool skip_own_chunk = false;    // in-place all-gather: this rank's chunk already holds its input
+  // Two-shot: the reduce writes this rank's shard of its output as well as
+  // its shard slot (the block still in L1), and the copy-out skips it. Only
+  // where no peer reads that shard of this rank's buffers and it is no
+  // input element this rank has yet to read: the output is the input
+  // exactly (in place) or apart from it.
+  bool own_shard_early = false;
 };
 
 // Zero copy needs every rank's buffers mapped here and no rank whose send and
@@ -134,10 +140,12 @@ Status RunBody(const CommSegment& seg, uint32_t rank, uint64_t index, const OpDe
       // Reduce own shard into own shard slot (element `begin` at slot offset 0).
       std::vector<const void*> shifted(n);
       for (uint32_t k = 0; k < n; ++k) shifted[k] = static_cast<const uint8_t*>(inputs[k]) + own.begin * esize;
-      ReduceElements(d.dtype, d.reduce_op, seg.shard_slot(rank), shifted.data(), n, 0, own.end - own.begin);
+      ReduceElements(d.dtype, d.reduce_op, seg.shard_slot(rank), shifted.data(), n, 0, own.end - own.begin,
+                     in.own_shard_early ? buf.recv + own.begin * esize : nullptr);
       COLLECTIVED_RETURN_IF_ERROR(Barrier(seg, rank, index, ring::kPhaseMid, StatusCode::kOk, ctx));
       SleepUs(h.debug_delay_copyout_us);  // the copy-out: every shard into the output
       for (uint32_t k = 0; k < n; ++k) {
+        if (k == rank && in.own_shard_early) continue;
         const ShardRange shard = Shard(d.count, n, k);
         if (shard.end > shard.begin) {
           std::memcpy(buf.recv + shard.begin * esize, seg.shard_slot(k), (shard.end - shard.begin) * esize);
@@ -277,6 +285,9 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
         inputs.ptrs[k] = p;
       }
       if (any_in_place && inputs.algorithm == ring::Algorithm::kOneShot) inputs.algorithm = ring::Algorithm::kTwoShot;
+      // Peers read only their own shards of this rank's input, and the
+      // output is the input exactly or apart from every input here.
+      inputs.own_shard_early = true;
       inputs.skip_own_chunk = own.kind == CollectiveKind::kAllGather && own.send_buffer_id == own.recv_buffer_id &&
                               own.send_offset == own.recv_offset + rank * in_bytes;
     } else if (r.ok()) {
@@ -292,6 +303,11 @@ Status ExecuteOp(const CommSegment& seg, uint32_t rank, uint64_t index, BufferRe
         std::memcpy(static_cast<uint8_t*>(seg.in_slot(rank)) + own_shard.end * es, buf.send + own_shard.end * es,
                     in_bytes - own_shard.end * es);
         inputs.ptrs[rank] = buf.send;
+        // The output's own shard may take the result as it is reduced where
+        // it is the input's own shard exactly (in place) or apart from the
+        // input: a partial overlap could land on input not read yet.
+        const uint8_t* recv = buf.recv;
+        inputs.own_shard_early = recv == buf.send || recv + in_bytes <= buf.send || buf.send + in_bytes <= recv;
       } else {
         std::memcpy(seg.in_slot(rank), buf.send, in_bytes);
       }

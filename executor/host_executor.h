@@ -9,8 +9,10 @@
 //             own input into own input slot; publish start flag (with local
 //             status); wait for every rank's start flag.
 //   body      one-shot: reduce all input slots into own output.
-//             two-shot: reduce own shard into own shard slot; mid barrier;
-//                       gather every shard slot into own output.
+//             two-shot: reduce own shard into own shard slot (and own
+//                       output where that is safe: OpInputs in the .cc);
+//                       mid barrier; gather the other shard slots into
+//                       own output.
 //             gather:   copy every input slot into own output.
 //   end       publish end flag; wait for every rank's end flag (no rank leaves
 //             while a peer may still read its slots, docs/design.md rule 2); complete.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/host/half.h"
@@ -65,17 +66,19 @@ bool OutOverlapsAnInput(const void* out, const void* const* in, uint32_t n, size
 // copy into and out of an accumulator): 1.7x the rate of the general path
 // for two float inputs (2 MiB each, one core of the dev machine).
 template <typename T, ReduceOp kOp>
-void ReduceInOutput(T* __restrict out, const void* const* in_v, uint32_t n, size_t begin, size_t end) {
+void ReduceInOutput(T* __restrict out, const void* const* in_v, uint32_t n, size_t begin, size_t end, T* also) {
   constexpr size_t kBlock = 1024;  // the output block stays in L1 across the inputs
   for (size_t b = begin; b < end; b += kBlock) {
     const size_t len = std::min(kBlock, end - b);
     T* __restrict o = out + b;
-    const T* __restrict in0 = static_cast<const T*>(in_v[0]) + b;
-    if (n == 1) {
-      for (size_t j = 0; j < len; ++j) o[j] = in0[j];
-    } else {
-      const T* __restrict in1 = static_cast<const T*>(in_v[1]) + b;
-      for (size_t j = 0; j < len; ++j) o[j] = Combine<T>(kOp, in0[j], in1[j]);
+    {  // the inputs' restrict pointers end here: also_out may be one of them
+      const T* __restrict in0 = static_cast<const T*>(in_v[0]) + b;
+      if (n == 1) {
+        for (size_t j = 0; j < len; ++j) o[j] = in0[j];
+      } else {
+        const T* __restrict in1 = static_cast<const T*>(in_v[1]) + b;
+        for (size_t j = 0; j < len; ++j) o[j] = Combine<T>(kOp, in0[j], in1[j]);
+      }
     }
     for (uint32_t k = 2; k < n; ++k) {
       const T* __restrict ink = static_cast<const T*>(in_v[k]) + b;
@@ -85,16 +88,20 @@ void ReduceInOutput(T* __restrict out, const void* const* in_v, uint32_t n, size
       const T divisor = static_cast<T>(n);
       for (size_t j = 0; j < len; ++j) o[j] = o[j] / divisor;
     }
+    // Every input's elements of this block were read above: also_out may be
+    // one of them (in place).
+    if (also != nullptr) std::memcpy(also + b, o, len * sizeof(T));
   }
 }
 
 template <typename T, ReduceOp kOp>
-void ReduceTyped(void* out_v, const void* const* in_v, uint32_t n, size_t begin, size_t end) {
+void ReduceTyped(void* out_v, const void* const* in_v, uint32_t n, size_t begin, size_t end, void* also_v) {
   using E = Elem<T>;
   using A = typename E::Acc;
+  T* also = static_cast<T*>(also_v);
   if constexpr (std::is_same_v<A, T>) {
     if (!OutOverlapsAnInput(out_v, in_v, n, begin, end, sizeof(T))) {
-      return ReduceInOutput<T, kOp>(static_cast<T*>(out_v), in_v, n, begin, end);
+      return ReduceInOutput<T, kOp>(static_cast<T*>(out_v), in_v, n, begin, end, also);
     }
   }
   constexpr size_t kBlock = 1024;  // accumulate a block across ranks: vectorisable inner loops
@@ -113,18 +120,19 @@ void ReduceTyped(void* out_v, const void* const* in_v, uint32_t n, size_t begin,
       for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
     }
     for (size_t j = 0; j < len; ++j) out[b + j] = E::Store(acc[j]);
+    if (also != nullptr) std::memcpy(also + b, out + b, len * sizeof(T));
   }
 }
 
 template <typename T>
-void ReduceByOp(ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin, size_t end) {
+void ReduceByOp(ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin, size_t end, void* also) {
   switch (op) {
-    case ReduceOp::kSum: return ReduceTyped<T, ReduceOp::kSum>(out, in, n, begin, end);
-    case ReduceOp::kProd: return ReduceTyped<T, ReduceOp::kProd>(out, in, n, begin, end);
-    case ReduceOp::kMin: return ReduceTyped<T, ReduceOp::kMin>(out, in, n, begin, end);
-    case ReduceOp::kMax: return ReduceTyped<T, ReduceOp::kMax>(out, in, n, begin, end);
+    case ReduceOp::kSum: return ReduceTyped<T, ReduceOp::kSum>(out, in, n, begin, end, also);
+    case ReduceOp::kProd: return ReduceTyped<T, ReduceOp::kProd>(out, in, n, begin, end, also);
+    case ReduceOp::kMin: return ReduceTyped<T, ReduceOp::kMin>(out, in, n, begin, end, also);
+    case ReduceOp::kMax: return ReduceTyped<T, ReduceOp::kMax>(out, in, n, begin, end, also);
     case ReduceOp::kAvg:
-      if constexpr (!std::is_integral_v<T>) return ReduceTyped<T, ReduceOp::kAvg>(out, in, n, begin, end);
+      if constexpr (!std::is_integral_v<T>) return ReduceTyped<T, ReduceOp::kAvg>(out, in, n, begin, end, also);
       return;
     default: return;
   }
@@ -152,15 +160,15 @@ void DivideElements(DataType dtype, void* data, size_t count, uint32_t divisor) 
 }
 
 void ReduceElements(DataType dtype, ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin,
-                    size_t end) {
+                    size_t end, void* also_out) {
   switch (dtype) {
-    case DataType::kFloat32: return ReduceByOp<float>(op, out, in, n, begin, end);
-    case DataType::kFloat64: return ReduceByOp<double>(op, out, in, n, begin, end);
-    case DataType::kFloat16: return ReduceByOp<Float16>(op, out, in, n, begin, end);
-    case DataType::kBFloat16: return ReduceByOp<BFloat16>(op, out, in, n, begin, end);
-    case DataType::kInt32: return ReduceByOp<int32_t>(op, out, in, n, begin, end);
-    case DataType::kInt64: return ReduceByOp<int64_t>(op, out, in, n, begin, end);
-    case DataType::kUint32: return ReduceByOp<uint32_t>(op, out, in, n, begin, end);
+    case DataType::kFloat32: return ReduceByOp<float>(op, out, in, n, begin, end, also_out);
+    case DataType::kFloat64: return ReduceByOp<double>(op, out, in, n, begin, end, also_out);
+    case DataType::kFloat16: return ReduceByOp<Float16>(op, out, in, n, begin, end, also_out);
+    case DataType::kBFloat16: return ReduceByOp<BFloat16>(op, out, in, n, begin, end, also_out);
+    case DataType::kInt32: return ReduceByOp<int32_t>(op, out, in, n, begin, end, also_out);
+    case DataType::kInt64: return ReduceByOp<int64_t>(op, out, in, n, begin, end, also_out);
+    case DataType::kUint32: return ReduceByOp<uint32_t>(op, out, in, n, begin, end, also_out);
     default: return;
   }
 }

@@ -13,9 +13,13 @@ namespace collectived::host {
 // in rank order, so every rank and every algorithm produces the same bits.
 // float16/bfloat16 accumulate in float and round once. avg = sum / n.
 // Integer sum/prod wrap (two's complement). `out` may alias any in[k].
+// `also_out`, when set, receives the same result at the same elements: a
+// block is stored there while it is still in L1, cheaper than copying `out`
+// afterwards. It may alias in[k] only exactly (the same elements), and must
+// not overlap `out`.
 // REQUIRES: IsValidReduction(dtype, op), n >= 1.
 void ReduceElements(DataType dtype, ReduceOp op, void* out, const void* const* in, uint32_t n, size_t begin,
-                    size_t end);
+                    size_t end, void* also_out = nullptr);
 
 // data[j] = data[j] / divisor for j in [0, count): kAvg's last step where the
 // sum was taken in parts (across nodes). Floating types only (like kAvg);

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/host/half.h"
@@ -86,6 +87,43 @@ TEST(ReduceTest, OutputMayAliasAnyOfSeveralInputs) {
     for (int i = 0; i < kCount; ++i) {
       const int64_t want = i < kBegin ? (alias + 1) * 1000 + i : 6000 + 3 * i;
       ASSERT_EQ(in[alias][i], want) << "output aliases input " << alias << ", element " << i;
+    }
+  }
+}
+
+// also_out gets the result too, on both paths (float accumulates in its
+// output, float16 in a float block), from a poisoned start; it may be an
+// input exactly (two-shot's own shard, in place). A sub-range leaves the
+// rest of it as it was.
+TEST(ReduceTest, AlsoOutGetsTheSameResult) {
+  constexpr uint64_t kCount = 3001, kBegin = 500;
+  for (DataType dt : {DataType::kFloat32, DataType::kFloat16}) {
+    for (bool alias : {false, true}) {
+      for (uint64_t begin : {uint64_t{0}, kBegin}) {
+        const size_t es = DataTypeSize(dt);
+        std::vector<std::vector<uint8_t>> in(3, std::vector<uint8_t>(kCount * es));
+        std::vector<const void*> ptrs;
+        for (uint32_t r = 0; r < 3; ++r) {
+          testing::FillInput(dt, ReduceOp::kSum, r, 5, in[r].data(), kCount);
+          ptrs.push_back(in[r].data());
+        }
+        std::vector<uint8_t> out(kCount * es), other(kCount * es);
+        testing::Poison(dt, out.data(), kCount);
+        testing::Poison(dt, other.data(), kCount);
+        uint8_t* also = alias ? in[1].data() : other.data();
+        ASSERT_GT(testing::CountWrongAllReduce(dt, ReduceOp::kSum, 3, 5, also, kCount), 0u) << "must start wrong";
+        const std::vector<uint8_t> head(also, also + begin * es);
+        ReduceElements(dt, ReduceOp::kSum, out.data(), ptrs.data(), 3, begin, kCount, also);
+        const std::string what = std::string(DataTypeName(dt)) + (alias ? " aliasing input 1" : "") +
+                                 " from element " + std::to_string(begin);
+        if (begin == 0) {
+          EXPECT_EQ(testing::CountWrongAllReduce(dt, ReduceOp::kSum, 3, 5, out.data(), kCount), 0u) << what;
+          EXPECT_EQ(testing::CountWrongAllReduce(dt, ReduceOp::kSum, 3, 5, also, kCount), 0u) << what;
+        } else {
+          EXPECT_EQ(std::memcmp(also, head.data(), head.size()), 0) << what;
+          EXPECT_EQ(std::memcmp(also + begin * es, out.data() + begin * es, (kCount - begin) * es), 0) << what;
+        }
+      }
     }
   }
 }
