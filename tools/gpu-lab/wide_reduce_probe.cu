@@ -117,6 +117,100 @@ __global__ void __launch_bounds__(512, 2) CurStamped(Bufs b, unsigned long long*
   __syncthreads();
   if (threadIdx.x == 0) stamps[2 * blockIdx.x + 1] = Now();
 }
+// Work claimed from a counter every block shares: any block may reduce any
+// pack (a pack's sum has the same order whoever computes it), so blocks on
+// faster SMs take more and all end together. A unit is kU packs a thread of
+// a warp (kWarp) or of the block; the next claim is in flight during a unit.
+// kAllIn: all N inputs' packs loaded at once; else the product's shape.
+template <int N, int kU, bool kAllIn>
+__device__ __forceinline__ void DoUnit(const Bufs& b, size_t p0, unsigned stride, size_t total) {
+  if (p0 + (kU - 1) * stride < total) {
+    float4 acc[kU];
+    if constexpr (kAllIn) {
+      float4 x[N][kU];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) x[k][u] = __ldcs(b.in[k] + p0 + u * stride);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        acc[u] = x[0][u];
+#pragma unroll
+        for (int k = 1; k < N; ++k) acc[u] = Add(acc[u], x[k][u]);
+      }
+    } else {
+      {
+        float4 x[kU], y[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) x[u] = __ldcs(b.in[0] + p0 + u * stride);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) y[u] = __ldcs(b.in[1] + p0 + u * stride);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) acc[u] = Add(x[u], y[u]);
+      }
+#pragma unroll 1
+      for (int k = 2; k < N; ++k) {
+        float4 x[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) x[u] = __ldcs(b.in[k] + p0 + u * stride);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) acc[u] = Add(acc[u], x[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) __stcs(b.out[k] + p0 + u * stride, acc[u]);
+    }
+  } else {
+    for (int u = 0; u < kU; ++u) {
+      const size_t p = p0 + u * stride;
+      if (p < total) {
+        const float4 v = ReduceOne(b, p);
+        for (int k = 0; k < N; ++k) b.out[k][p] = v;
+      }
+    }
+  }
+}
+template <int N, int kU, bool kAllIn, bool kWarp>
+__global__ void __launch_bounds__(512, 2) Dyn(Bufs b, unsigned* ctr, unsigned long long* stamps) {
+  __syncthreads();
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x] = Now();
+  const size_t total = size_t(b.n) * b.chunk;
+  const unsigned width = kWarp ? 32u : blockDim.x;
+  const size_t unit = size_t(width) * kU;
+  const size_t units = (total + unit - 1) / unit;
+  if constexpr (kWarp) {
+    const unsigned lane = threadIdx.x % 32;
+    unsigned u = 0;
+    if (lane == 0) u = atomicAdd(ctr, 1u);
+    u = __shfl_sync(~0u, u, 0);
+    while (u < units) {
+      unsigned next = 0;
+      if (lane == 0) next = atomicAdd(ctr, 1u);
+      DoUnit<N, kU, kAllIn>(b, u * unit + lane, width, total);
+      u = __shfl_sync(~0u, next, 0);
+    }
+  } else {
+    __shared__ unsigned slot[2];
+    if (threadIdx.x == 0) slot[0] = atomicAdd(ctr, 1u);
+    __syncthreads();
+    int i = 0;
+    unsigned u = slot[0];
+    while (u < units) {
+      unsigned next = 0;
+      if (threadIdx.x == 0) next = atomicAdd(ctr, 1u);
+      DoUnit<N, kU, kAllIn>(b, u * unit + threadIdx.x, width, total);
+      if (threadIdx.x == 0) slot[i ^ 1] = next;
+      __syncthreads();
+      i ^= 1;
+      u = slot[i];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x + 1] = Now();
+}
 template <int kU, int kLd, int kSt>
 __global__ void __launch_bounds__(1024, 1) Cur1024(Bufs b) {
   CurBody<kU, kLd, kSt>(b);
@@ -305,39 +399,57 @@ int main(int argc, char** argv) {
         ROW("allin<4,2,cs,cs>", 512, 0, AllIn<4, 2, 1, 1>);
         ROW("allin<4,4,cs,cs> (128 regs)", 512, 0, AllInWide<4, 4, 1, 1>);
       }
+      // Block timing: per launch, the spread of block ends (last - first)
+      // and of starts, and the mean and longest block; medians over the
+      // timed launches. `launch(stamps, counter)` launches once.
       {
-        // Block timing of the product's shape, over the timed launches: per
-        // launch, the spread of block ends (last - first) and of starts, and
-        // the mean and longest block; medians over the launches.
         unsigned long long* stamps;
+        unsigned* counters;
         CK(cudaMalloc(&stamps, sizeof(unsigned long long) * 2 * g * iters));
-        int launch = 0;
-        row("cur<4,cs,cs> stamped", 512, 0, [&](int t, size_t) {
-          CurStamped<<<g, t, 0, st>>>(b, stamps + 2 * g * (launch++ % iters));
-        });
-        std::vector<unsigned long long> h(2 * g * iters);
-        CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
-        std::vector<double> end_spread, start_spread, mean_block, max_block;
-        for (int l = 0; l < iters; ++l) {
-          const unsigned long long* s = h.data() + 2 * g * l;
-          unsigned long long s0 = ~0ull, s1 = 0, e0 = ~0ull, e1 = 0;
-          double sum = 0, mx = 0;
-          for (int k = 0; k < g; ++k) {
-            s0 = std::min(s0, s[2 * k]), s1 = std::max(s1, s[2 * k]);
-            e0 = std::min(e0, s[2 * k + 1]), e1 = std::max(e1, s[2 * k + 1]);
-            const double d = double(s[2 * k + 1] - s[2 * k]) / 1e3;
-            sum += d, mx = std::max(mx, d);
+        CK(cudaMalloc(&counters, sizeof(unsigned) * (iters + warm)));
+        auto timed = [&](const char* name, const std::function<void(unsigned long long*, unsigned*)>& launch) {
+          CK(cudaMemset(counters, 0, sizeof(unsigned) * (iters + warm)));
+          int l = 0;
+          row(name, 512, 0, [&](int, size_t) {
+            launch(stamps + 2 * g * (l % iters), counters + l);
+            ++l;
+          });
+          std::vector<unsigned long long> h(2 * g * iters);
+          CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof(h[0]), cudaMemcpyDeviceToHost));
+          std::vector<double> end_spread, start_spread, mean_block, max_block;
+          for (int k = 0; k < iters; ++k) {
+            const unsigned long long* st = h.data() + 2 * g * k;
+            unsigned long long s0 = ~0ull, s1 = 0, e0 = ~0ull, e1 = 0;
+            double sum = 0, mx = 0;
+            for (int j = 0; j < g; ++j) {
+              s0 = std::min(s0, st[2 * j]), s1 = std::max(s1, st[2 * j]);
+              e0 = std::min(e0, st[2 * j + 1]), e1 = std::max(e1, st[2 * j + 1]);
+              const double d = double(st[2 * j + 1] - st[2 * j]) / 1e3;
+              sum += d, mx = std::max(mx, d);
+            }
+            end_spread.push_back(double(e1 - e0) / 1e3), start_spread.push_back(double(s1 - s0) / 1e3);
+            mean_block.push_back(sum / g), max_block.push_back(mx);
           }
-          end_spread.push_back(double(e1 - e0) / 1e3), start_spread.push_back(double(s1 - s0) / 1e3);
-          mean_block.push_back(sum / g), max_block.push_back(mx);
-        }
-        auto med = [](std::vector<double> v) {
-          std::sort(v.begin(), v.end());
-          return v[v.size() / 2];
+          auto med = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+          };
+          std::printf("%-40s ends spread %.2f us, starts spread %.2f us, block mean %.2f us, longest %.2f us (medians)\n",
+                      "  block timing", med(end_spread), med(start_spread), med(mean_block), med(max_block));
         };
-        std::printf("%-40s ends spread %.2f us, starts spread %.2f us, block mean %.2f us, longest %.2f us (medians)\n",
-                    "  block timing", med(end_spread), med(start_spread), med(mean_block), med(max_block));
+        timed("cur<4,cs,cs> stamped", [&](unsigned long long* sp, unsigned*) { CurStamped<<<g, 512, 0, st>>>(b, sp); });
+        if (n == 8) {
+#define DYN(NAME, U, ALLIN, WARP) \
+  timed(NAME, [&](unsigned long long* sp, unsigned* c) { Dyn<8, U, ALLIN, WARP><<<g, 512, 0, st>>>(b, c, sp); })
+          DYN("dyn block, cur<4>", 4, false, false);
+          DYN("dyn warp, cur<4>", 4, false, true);
+          DYN("dyn warp, cur<2>", 2, false, true);
+          DYN("dyn block, allin<8,1>", 1, true, false);
+          DYN("dyn warp, allin<8,1>", 1, true, true);
+#undef DYN
+        }
         CK(cudaFree(stamps));
+        CK(cudaFree(counters));
       }
       auto staged = [&](const char* name, auto kernel, int stages_times_n) {
         const size_t smem = size_t(stages_times_n) * 512 * 16;
