@@ -99,6 +99,10 @@ struct DaemonConfig {
   // They keep the end flag's fence at system scope where every rank of a
   // communicator shares one GPU (ring::kGpuSystemEndFence).
   bool gpu_system_end_fence = false;
+  // Their two-shot push keeps its static split instead of claiming its work
+  // from a shared counter where that pays (ring::kGpuStaticTwoShot,
+  // ring::TwoShotClaimsPay).
+  bool gpu_static_two_shot = false;
   // At most this many blocks per rank's kernel in a GPU communicator (0: the
   // default, SMs / the communicator's ranks on that GPU). Communicators whose
   // ops run at once on one GPU must together leave block slots free

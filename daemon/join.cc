@@ -152,7 +152,8 @@ ring::SegmentParams SegmentParamsFromConfig(const DaemonConfig& config, uint64_t
   params.debug_delay_us = config.debug_delay_us;
   params.debug_delay_copyout_us = config.debug_delay_copyout_us;
   params.gpu_flags = (config.gpu_start_flag_release ? ring::kGpuStartFlagRelease : 0u) |
-                     (config.gpu_system_end_fence ? ring::kGpuSystemEndFence : 0u);
+                     (config.gpu_system_end_fence ? ring::kGpuSystemEndFence : 0u) |
+                     (config.gpu_static_two_shot ? ring::kGpuStaticTwoShot : 0u);
   return params;
 }
 

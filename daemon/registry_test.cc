@@ -754,15 +754,17 @@ TEST_F(RegistryCapsTest, PendingJoins) {
   EXPECT_EQ(q->calls, 0) << q->status.ToString();  // waiting, not refused
 }
 
-// --gpu-start-flag-release and --gpu-system-end-fence reach every member
-// through the segment, each as its own bit (ring::kGpuStartFlagRelease,
-// kGpuSystemEndFence; both off by default: RegistryTest's one-shot test).
+// --gpu-start-flag-release, --gpu-system-end-fence and --gpu-static-two-shot
+// reach every member through the segment, each as its own bit
+// (ring::kGpuStartFlagRelease, kGpuSystemEndFence, kGpuStaticTwoShot; all off
+// by default: RegistryTest's one-shot test).
 using RegistryConfigTest = RegistryCapsTest;
 TEST_F(RegistryConfigTest, TheGpuFenceOptionsAreInTheSegment) {
-  for (int option = 0; option < 3; ++option) {
+  for (int option = 0; option < 4; ++option) {
     DaemonConfig c = TestConfig();
     c.gpu_start_flag_release = option != 1;
     c.gpu_system_end_fence = option != 0;
+    c.gpu_static_two_shot = option >= 2;
     Start(c);
     const uint64_t s0 = Attach(), s1 = Attach();
     const std::string key = "fences-" + std::to_string(option);
@@ -771,7 +773,8 @@ TEST_F(RegistryConfigTest, TheGpuFenceOptionsAreInTheSegment) {
     ring::SegmentParams params;
     ASSERT_NO_FATAL_FAILURE(SegmentParamsOf(*reg_, s1, a0->result.comm_id, &params));
     const uint32_t want = (c.gpu_start_flag_release ? ring::kGpuStartFlagRelease : 0u) |
-                          (c.gpu_system_end_fence ? ring::kGpuSystemEndFence : 0u);
+                          (c.gpu_system_end_fence ? ring::kGpuSystemEndFence : 0u) |
+                          (c.gpu_static_two_shot ? ring::kGpuStaticTwoShot : 0u);
     EXPECT_EQ(params.gpu_flags, want) << "option " << option;
   }
 }

@@ -18,6 +18,9 @@
 //   abort word         nonzero: every spin gives up (kernels on a deadline or
 //                      mismatch; the daemon when a member leaves)
 //   op traces          kTraceDepth entries per rank
+//   claim counters     two 32-bit counters on lines of their own: two-shot
+//                      push's units of work, claimed by every rank's blocks
+//                      (DeviceOpArgs::claims); op gen uses counter gen % 2
 // A change to this layout bumps ring::kLayoutVersion (segment_layout.h),
 // which a client compares with its daemon's when a communicator forms.
 // Nothing a client-executed kernel touches lives in host memory: device reads
@@ -91,6 +94,7 @@ constexpr uint64_t kTraceDepth = 64;
 constexpr uint64_t kTraceEntryWords = 4;
 
 constexpr uint64_t kRankWordsStride = 16;  // words: 128 bytes per rank
+constexpr uint64_t kClaimStrideWords = 16;  // words: a claim counter's line
 constexpr uint64_t kHeapAlignment = 256;   // bytes: heap buffers and the slot keep 16-byte packs aligned
 
 struct GpuControlLayout {
@@ -100,7 +104,8 @@ struct GpuControlLayout {
   static constexpr uint64_t kErrorWord = kBlockDoneWord + uint64_t{kMaxDeviceRanks} * kMaxBlocks;
   static constexpr uint64_t kAbortWord = kErrorWord + 8;  // its own 64-byte line
   static constexpr uint64_t kTraceWord = kAbortWord + 8;  // kMaxDeviceRanks op traces (kTraceDepth entries each)
-  static constexpr uint64_t kBytes = (kTraceWord + uint64_t{kMaxDeviceRanks} * kTraceDepth * kTraceEntryWords) * 8;
+  static constexpr uint64_t kClaimWord = kTraceWord + uint64_t{kMaxDeviceRanks} * kTraceDepth * kTraceEntryWords;
+  static constexpr uint64_t kBytes = (kClaimWord + 2 * kClaimStrideWords) * 8;
 
   static uint64_t* Flags(void* base) { return static_cast<uint64_t*>(base) + kFlagsWord; }
   static uint64_t* Counter(void* base, uint32_t rank) { return RankWords(base, rank) + 0; }
@@ -117,6 +122,10 @@ struct GpuControlLayout {
   static uint64_t* Abort(void* base) { return static_cast<uint64_t*>(base) + kAbortWord; }
   static uint64_t* Trace(void* base, uint32_t rank) {
     return static_cast<uint64_t*>(base) + kTraceWord + rank * kTraceDepth * kTraceEntryWords;
+  }
+  // The two claim counters (ClaimCounter picks an op's).
+  static uint32_t* Claims(void* base) {
+    return reinterpret_cast<uint32_t*>(static_cast<uint64_t*>(base) + kClaimWord);
   }
 
  private:

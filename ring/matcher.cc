@@ -52,6 +52,10 @@ uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size, bool daem
   return configured < kHostWideOneShotMaxBytes ? configured : kHostWideOneShotMaxBytes;
 }
 
+bool TwoShotClaimsPay(uint64_t bytes, uint32_t blocks_per_rank) {
+  return blocks_per_rank != 0 && bytes / blocks_per_rank >= kClaimMinBlockTraffic / 2;
+}
+
 Status MatchDescriptors(uint64_t index, const OpDescriptor* const* descs, uint32_t world_size) {
   const OpDescriptor& a = *descs[0];
   for (uint32_t r = 1; r < world_size; ++r) {

@@ -36,6 +36,18 @@ Algorithm ChooseAlgorithm(CollectiveKind kind, uint64_t bytes, uint64_t one_shot
 constexpr uint64_t kHostWideOneShotMaxBytes = 2048;
 uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size, bool daemon_executed);
 
+// Whether a GPU two-shot push of `bytes` a rank, `blocks_per_rank` blocks on
+// every rank, claims its work (DeviceOpArgs::claim_work) where the
+// communicator can: where each block moves at least kClaimMinBlockTraffic
+// (the op reads world x bytes and writes as much over world x blocks
+// blocks). Claims even out the blocks' ends, which a static split leaves
+// further apart the longer a block runs, at a cost that does not shrink
+// with the op: on an H100, 16 MiB, 8 ranks (1 MiB a block) and 64 MiB at 2,
+// 4 and 8 ranks (1-4 MiB) got 2.4-3.9 % faster; 16 MiB at 4 ranks (0.5 MiB)
+// and 2 (0.25 MiB) got 3-7 % slower (bench/RESULTS.md, "Claimed two-shot").
+constexpr uint64_t kClaimMinBlockTraffic = 768 * 1024;
+bool TwoShotClaimsPay(uint64_t bytes, uint32_t blocks_per_rank);
+
 // INVALID_ARGUMENT naming the first rank whose op differs from rank 0's
 // (kind, dtype, reduction, count, algorithm) when they disagree.
 Status MatchDescriptors(uint64_t index, const OpDescriptor* const* descs, uint32_t world_size);

@@ -172,7 +172,10 @@ TEST(GpuControlLayoutTest, RegionsAreDisjointAndInOrder) {
   EXPECT_GE(kFlagLineWords * 8, 128u);
   EXPECT_GE(kFlagLineWords, kTaggedDescriptorWord + kTaggedDescriptorWords);
   EXPECT_EQ(at(GpuControlLayout::Abort(base)) - at(GpuControlLayout::Error(base)), 64) << "abort word on its own line";
-  EXPECT_EQ(at(GpuControlLayout::Trace(base, kMaxDeviceRanks)), static_cast<ptrdiff_t>(GpuControlLayout::kBytes));
+  // The claim counters close the window, each on a 128-byte line of its own.
+  EXPECT_EQ(at(GpuControlLayout::Claims(base)), at(GpuControlLayout::Trace(base, kMaxDeviceRanks)));
+  EXPECT_EQ(at(GpuControlLayout::Claims(base)) % 128, 0);
+  EXPECT_EQ(at(GpuControlLayout::Claims(base)) + 2 * 128, static_cast<ptrdiff_t>(GpuControlLayout::kBytes));
   EXPECT_EQ(AlignUp(1, kHeapAlignment), kHeapAlignment);
   EXPECT_EQ(AlignUp(kHeapAlignment, kHeapAlignment), kHeapAlignment);
 }

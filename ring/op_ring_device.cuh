@@ -8,6 +8,7 @@
 #define COLLECTIVED_RING_OP_RING_DEVICE_CUH_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "base/gpu/gpu_runtime.h"
 #include "ring/gpu_control_layout.h"
@@ -479,6 +480,12 @@ __device__ __forceinline__ void GridDependentsLaunch() {
 #endif
 }
 
+// Op gen's claim counter (DeviceOpArgs::claims): one of two, on lines of
+// their own.
+__device__ __forceinline__ uint32_t* ClaimCounter(const DeviceOpArgs& a, uint64_t gen) {
+  return a.claims + (gen & 1) * (kClaimStrideWords * 2);
+}
+
 // One rank's op around its data movement `data`: start barrier, data, end
 // barrier, and the completion, which every block reaches on every path.
 // kPushesReduced: `data` writes what it reduced from peers' inputs into
@@ -502,7 +509,18 @@ __device__ inline void RunOp(const DeviceOpArgs& a, Data data) {
     // (Triggering after the data instead, the bench bit 2048 of c79f2e6, was
     // 0.2-22 % slower at 256 MiB-1 GiB: docs/latency.md, "The eleventh cut".)
     if ((a.bench_skip & kBenchLateTrigger) == 0) GridDependentsLaunch();
-    data();
+    // Every rank's op gen - 1 is over (each rank's block 0 reached this
+    // op's start barrier, past its wait for the grid before it): the counter
+    // op gen - 1 claimed from is op gen + 1's, zeroed here. Rank 0's end
+    // flag, stored by this thread after its fence, carries the store to every
+    // rank before its op gen + 1 begins (each waits for that flag in op gen).
+    // Every op zeroes it, of whatever kind, so op gen + 1 finds it zero.
+    if (a.claims != nullptr && a.rank == 0 && blockIdx.x == 0 && threadIdx.x == 0) *ClaimCounter(a, gen + 1) = 0;
+    if constexpr (std::is_invocable_v<Data, uint64_t>) {
+      data(gen);  // a data phase that claims work needs the op's generation
+    } else {
+      data();
+    }
     fenced = EndBarrier(a, gen, kPushesReduced) && !a.unsafe_skip_end_barrier;
     synced = !a.unsafe_skip_end_barrier;
   }

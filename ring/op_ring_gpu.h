@@ -99,6 +99,20 @@ struct DeviceOpArgs {
   // behaviour"). The client library sets it unless the daemon keeps system
   // scope (ring::kGpuSystemEndFence). HIP keeps system scope.
   bool end_fence_gpu_scope = false;
+  // Two-shot push's work claimed from a shared counter
+  // (GpuControlLayout::Claims): every rank's blocks take units of the whole
+  // op in turn, so blocks on faster SMs take more and all end together,
+  // where a static split left the op waiting on its slowest block (up to 17
+  // us of 98 at 8 ranks, 16 MiB: docs/latency.md, "Claimed work"). Any
+  // block may reduce any pack: the sum's order is the same whoever computes
+  // it. Op gen claims from counter gen % 2; rank 0's block 0 zeroes the other
+  // after the start barrier (RunOp), when no rank still runs op gen - 1.
+  // Only where every rank shares this GPU (the client library's placement),
+  // and not under ring::kGpuStaticTwoShot. Set, every op of the communicator
+  // keeps the counters reset; two-shot push claims only where claim_work is
+  // set too (ring::TwoShotClaimsPay, the same answer on every rank).
+  uint32_t* claims = nullptr;
+  bool claim_work = false;
   // Negative control for seed bug 2 (AITER): leave without the end barrier,
   // so a fast rank's caller may reuse its input while a peer still reads it.
   bool unsafe_skip_end_barrier = false;

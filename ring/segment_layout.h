@@ -23,8 +23,9 @@ constexpr uint64_t kSegmentMagic = 0x3156434c4c4f43ULL;  // "COLLCV1"
 // different layouts meet here. 5: OpCounters, RingSlot::posted_ns; 6: the
 // GPU control window's block completion words; 7: a start flag's descriptor
 // in tagged words; 8: CommHeader::gpu_flags; 9: RankControl::lead; 10:
-// RankControl::executor_cpu and poster_cpu.
-constexpr uint32_t kLayoutVersion = 10;
+// RankControl::executor_cpu and poster_cpu; 11: the GPU control window's
+// claim counters.
+constexpr uint32_t kLayoutVersion = 11;
 constexpr size_t kCacheLine = 64;
 constexpr uint32_t kMaxRanks = 64;
 constexpr uint32_t kStatusHistory = 4096;  // per rank: statuses kept for handles
@@ -101,6 +102,11 @@ enum GpuFlags : uint32_t {
   // (docs/proof.md, "What rests on the hardware's behaviour"); costs
   // 0.4-1.6 us an op on one GPU (docs/latency.md, the thirteenth cut).
   kGpuSystemEndFence = 1u << 1,
+  // Two-shot push keeps its static split (rank r's blocks reduce chunk r)
+  // where every rank of the communicator shares one GPU, instead of claiming
+  // its work from a shared counter (DeviceOpArgs::claims): a measurement
+  // switch, and a way back should the claims ever be in doubt.
+  kGpuStaticTwoShot = 1u << 2,
 };
 
 struct alignas(kCacheLine) RankControl {

@@ -170,6 +170,7 @@ Status GpuCommunicator::AllReduce(const void* send, void* recv, uint64_t count, 
   const void* recv_at[ring::kMaxDeviceRanks];
   const bool zero_copy = m.Symmetric(send, bytes, &send_tag, send_at) && m.Symmetric(recv, bytes, &recv_tag, recv_at);
   device::DeviceRankArgs a = m.BaseArgs(count);
+  a.claim_work = a.claims != nullptr && ring::TwoShotClaimsPay(bytes, m.blocks);
   const bool small = ring::ChooseAlgorithm(CollectiveKind::kAllReduce, bytes, m.setup.seg.params().one_shot_max_bytes) ==
                      ring::Algorithm::kOneShot;
   device::DeviceAlgorithm algo = small ? device::DeviceAlgorithm::kOneShot : device::DeviceAlgorithm::kTwoShotPush;

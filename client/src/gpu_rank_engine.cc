@@ -159,6 +159,11 @@ device::DeviceRankArgs GpuRankEngine::BaseArgs(uint64_t count) const {
   a.unsafe_skip_end_barrier = (h.unsafe_flags & ring::kUnsafeSkipEndBarrier) != 0;
   a.start_flag_release = (h.gpu_flags & ring::kGpuStartFlagRelease) != 0;
   a.end_fence_gpu_scope = EndFenceAtGpuScope(setup.ranks, h.gpu_flags);
+  // Every rank decides alike (the placement and the daemon's flags are the
+  // communicator's): ranks of one op must agree on claiming its work.
+  if (RanksShareOneDevice(setup.ranks) && (h.gpu_flags & ring::kGpuStaticTwoShot) == 0) {
+    a.claims = ring::GpuControlLayout::Claims(c);
+  }
   return a;
 }
 

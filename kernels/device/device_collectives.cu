@@ -15,6 +15,7 @@ namespace {
 
 using ring::Barrier;
 using ring::BeginOp;
+using ring::ClaimCounter;
 using ring::EndBarrier;
 using ring::FinishOp;
 using ring::NowNs;
@@ -74,12 +75,94 @@ __global__ void DelayKernel(uint64_t ns) {
 // all-reduce got 0.8-7.6 % faster at 16 MiB-1 GiB, 2-8 ranks, and the
 // per-rank kernels through the daemon stayed within 0.5 % (docs/latency.md,
 // "Register spills removed").
-template <typename T, ReduceOp kOp, bool kStreaming = false>
-__device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
+// Packs a thread reduces together: 16-bit types accumulate in float, twice
+// the registers per pack.
+template <typename T>
+__device__ constexpr int ReduceUnroll() {
+  return sizeof(typename Elem<T>::Acc) > sizeof(T) ? 2 : 4;
+}
+
+// One thread's group: packs p, p + stride, ... (ReduceUnroll of them) of
+// every input, reduced and stored to the outputs [first_out, last_out].
+template <typename T, ReduceOp kOp, bool kStreaming>
+__device__ __forceinline__ void ReduceGroup(const DeviceRankArgs& a, uint64_t p, uint64_t stride, uint32_t first_out,
+                                            uint32_t last_out) {
   using E = Elem<T>;
   using A = typename E::Acc;
-  // 16-bit types accumulate in float: twice the registers per pack.
-  constexpr int kUnroll = sizeof(A) > sizeof(T) ? 2 : 4;
+  constexpr int kUnroll = ReduceUnroll<T>();
+  constexpr uint64_t kN = Pack<T>::kElems;
+  A acc[kUnroll][kN];
+  {
+    Pack<T> x[kUnroll], y[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[0], p + u * stride);
+    if (a.world > 1) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) y[u] = LoadPack<T, kStreaming>(a.inputs[1], p + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (uint64_t i = 0; i < kN; ++i) {
+        acc[u][i] = E::Load(x[u].v[i]);
+        if (a.world > 1) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(y[u].v[i]));
+      }
+    }
+  }
+#pragma unroll 1
+  for (uint32_t k = 2; k < a.world; ++k) {
+    Pack<T> x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[k], p + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (uint64_t i = 0; i < kN; ++i) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(x[u].v[i]));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    Pack<T> out;
+#pragma unroll
+    for (uint64_t i = 0; i < kN; ++i) {
+      if constexpr (kOp == ReduceOp::kAvg) acc[u][i] = acc[u][i] / static_cast<A>(a.world);
+      out.v[i] = E::Store(acc[u][i]);
+    }
+    for (uint32_t k = first_out; k <= last_out; ++k) {
+      StorePack<T, kStreaming>(a.outputs[k], p + u * stride, out);
+    }
+  }
+}
+
+// Reduces elements [r.begin, r.end) over every input; writes the result to
+// the outputs [first_out, last_out]. Packs when `vec` (all pointers 16-byte
+// aligned and r.begin a multiple of the pack), scalars otherwise.
+//
+// kStreaming: the unrolled vector loop loads and stores evict-first
+// (LoadPack/StorePack<T, true>). Only where every input element is read once
+// and every output written once by the whole op (two-shot, fused; one-shot's
+// inputs are read by every rank), and only for ops too big for the L2
+// (ExceedsL2): a smaller op's output may be read next from L2 (a staged op's
+// copy-out, the caller's next kernel).
+//
+// Bandwidth comes from loads in flight: each thread issues ReduceUnroll
+// packs of the first two inputs before it combines any (one basic block, no
+// guards), so a 2-rank op has 2 x ReduceUnroll loads outstanding per thread,
+// not the one or two of a pack-at-a-time loop (ReduceGroup). Packs left over
+// (fewer than a full group of the grid) go one at a time.
+//
+// Registers: every kernel is held to 64 a thread (kMinBlocksPerSm). `y` is
+// zeroed where declared because its loads are predicated (world > 1), and a
+// predicated load keeps the old value where off: uninitialised, ptxas kept
+// `y` live across the loop and spilled it. The loop over inputs 2..n-1 is
+// not unrolled (unrolled, its copies spilled too). With both, 1 of the 106
+// kernels spills (8 bytes) where 70 did; the in-process one-launch
+// all-reduce got 0.8-7.6 % faster at 16 MiB-1 GiB, 2-8 ranks, and the
+// per-rank kernels through the daemon stayed within 0.5 % (docs/latency.md,
+// "Register spills removed").
+template <typename T, ReduceOp kOp, bool kStreaming = false>
+__device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out, uint32_t last_out, bool vec) {
+  constexpr int kUnroll = ReduceUnroll<T>();
   constexpr uint64_t kN = Pack<T>::kElems;
   const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -88,47 +171,7 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
     const uint64_t p0 = r.begin / kN, p1 = r.end / kN;
     uint64_t p = p0 + tid;
     for (; p + (kUnroll - 1) * nthreads < p1; p += nthreads * kUnroll) {
-      A acc[kUnroll][kN];
-      {
-        Pack<T> x[kUnroll], y[kUnroll] = {};
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[0], p + u * nthreads);
-        if (a.world > 1) {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) y[u] = LoadPack<T, kStreaming>(a.inputs[1], p + u * nthreads);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-          for (uint64_t i = 0; i < kN; ++i) {
-            acc[u][i] = E::Load(x[u].v[i]);
-            if (a.world > 1) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(y[u].v[i]));
-          }
-        }
-      }
-#pragma unroll 1
-      for (uint32_t k = 2; k < a.world; ++k) {
-        Pack<T> x[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) x[u] = LoadPack<T, kStreaming>(a.inputs[k], p + u * nthreads);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-          for (uint64_t i = 0; i < kN; ++i) acc[u][i] = Combine<A, kOp>(acc[u][i], E::Load(x[u].v[i]));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        Pack<T> out;
-#pragma unroll
-        for (uint64_t i = 0; i < kN; ++i) {
-          if constexpr (kOp == ReduceOp::kAvg) acc[u][i] = acc[u][i] / static_cast<A>(a.world);
-          out.v[i] = E::Store(acc[u][i]);
-        }
-        for (uint32_t k = first_out; k <= last_out; ++k) {
-          StorePack<T, kStreaming>(a.outputs[k], p + u * nthreads, out);
-        }
-      }
+      ReduceGroup<T, kOp, kStreaming>(a, p, nthreads, first_out, last_out);
     }
     for (; p < p1; p += nthreads) {
       const Pack<T> v = ReducePack<T, kOp>(a.inputs, a.world, p);
@@ -139,6 +182,54 @@ __device__ void ReduceRange(const DeviceRankArgs& a, Range r, uint32_t first_out
   for (uint64_t j = scalar_begin + tid; j < r.end; j += nthreads) {
     const T v = ReduceOne<T, kOp>(a.inputs, a.world, j);
     for (uint32_t k = first_out; k <= last_out; ++k) static_cast<T*>(a.outputs[k])[j] = v;
+  }
+}
+
+// Two-shot push's data where its work is claimed (DeviceOpArgs::claims):
+// the whole op's packs in units of one block's group (ReduceUnroll packs a
+// thread), each reduced over every input and stored to every output by
+// whichever block of whichever rank claims it. Thread 0 claims the next
+// unit while the block reduces one, and the block meets once a unit to
+// learn it. Units of a warp instead were slower (their atomics; 16 MiB at 2
+// and 4 ranks 7-27 % slower than the static split, docs/latency.md,
+// "Claimed work"). The elements after the last whole pack go to rank 0's
+// grid. REQUIRES: `vec`; every rank runs gridDim.x blocks.
+template <typename T, ReduceOp kOp, bool kStreaming>
+__device__ void ReduceClaimed(const DeviceRankArgs& a, uint32_t* counter) {
+  constexpr int kUnroll = ReduceUnroll<T>();
+  constexpr uint64_t kN = Pack<T>::kElems;
+  const uint64_t packs = a.count / kN;
+  const uint64_t unit = uint64_t{blockDim.x} * kUnroll;
+  const uint64_t units = (packs + unit - 1) / unit;
+  // A block's first unit is its place in the op's grids (every rank runs as
+  // many blocks: the barriers pair block b with its peers' block b), so no
+  // block waits on the counter to start; the counter hands out the rest.
+  const uint32_t grids = a.world * gridDim.x;
+  __shared__ uint32_t claimed[2];  // this unit's and the next: the next is written while this one is read
+  uint32_t u = a.rank * gridDim.x + blockIdx.x;
+  for (int i = 0; u < units; i ^= 1) {
+    uint32_t next = 0;
+    if (threadIdx.x == 0) next = grids + atomicAdd(counter, 1u);
+    const uint64_t p = u * unit + threadIdx.x;
+    if (p + (kUnroll - 1) * blockDim.x < packs) {
+      ReduceGroup<T, kOp, kStreaming>(a, p, blockDim.x, 0, a.world - 1);
+    } else {
+      for (uint64_t q = p; q < packs; q += blockDim.x) {
+        const Pack<T> v = ReducePack<T, kOp>(a.inputs, a.world, q);
+        for (uint32_t k = 0; k < a.world; ++k) StorePack<T>(a.outputs[k], q, v);
+      }
+    }
+    if (threadIdx.x == 0) claimed[i ^ 1] = next;
+    __syncthreads();
+    u = claimed[i ^ 1];
+  }
+  if (a.rank == 0) {
+    const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+    for (uint64_t j = packs * kN + tid; j < a.count; j += nthreads) {
+      const T v = ReduceOne<T, kOp>(a.inputs, a.world, j);
+      for (uint32_t k = 0; k < a.world; ++k) static_cast<T*>(a.outputs[k])[j] = v;
+    }
   }
 }
 
@@ -153,14 +244,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) OneShotKernel(Devic
 template <typename T, ReduceOp kOp>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     TwoShotPushKernel(DeviceRankArgs a, bool vec, bool streaming) {
-  RunOp</*kPushesReduced=*/true>(a, [&] {
+  RunOp</*kPushesReduced=*/true>(a, [&](uint64_t gen) {
     // Chunks are whole packs, so every rank's range starts aligned.
     constexpr uint64_t kN = Pack<T>::kElems;
     const uint64_t chunk = ((a.count + a.world - 1) / a.world + kN - 1) / kN * kN;
     const uint64_t begin = min(a.count, chunk * a.rank);
     const uint64_t end = min(a.count, begin + chunk);
     DebugReadDelay(a);
-    if (streaming) {
+    if (a.claims != nullptr && a.claim_work && vec) {
+      uint32_t* counter = ClaimCounter(a, gen);
+      if (streaming) {
+        ReduceClaimed<T, kOp, true>(a, counter);
+      } else {
+        ReduceClaimed<T, kOp, false>(a, counter);
+      }
+    } else if (streaming) {
       ReduceRange<T, kOp, true>(a, Range{begin, end}, 0, a.world - 1, vec);
     } else {
       ReduceRange<T, kOp, false>(a, Range{begin, end}, 0, a.world - 1, vec);

@@ -80,13 +80,18 @@ TEST(DeviceCollectivesTest, LaunchersRefuseBadArguments) {
   EXPECT_NE(s.message().find("overlaps rank 1"), std::string::npos) << s.message();
 }
 
+// Two-shot with its work claimed (the default for ranks sharing a GPU) and
+// split statically (--gpu-static-two-shot); one-shot ops between two-shot
+// ones, so a claim counter is zeroed by ops of the other kind too.
 TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
   REQUIRE_GPU();
   for (uint32_t n : {2u, 3u, 8u}) {
+   for (bool claims : {true, false}) {
     const uint64_t max_count = 100003;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 8, max_count * 8).ok());
     vr.SetSingleLaunch(n == 3);  // post/complete launches for 2 and 8 ranks, single launch for 3
+    vr.SetClaims(claims);
     uint64_t seed = 100;
     for (DataType dt : kTypes) {
       for (ReduceOp op : kOps) {
@@ -102,12 +107,13 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
               EXPECT_EQ(vr.Wrong(dt, op, false, seed, count), 0u)
                   << "n=" << n << " " << DataTypeName(dt) << " " << ReduceOpName(op)
                   << (algo == DeviceAlgorithm::kOneShot ? " one-shot" : " two-shot") << " count=" << count
-                  << (in_place ? " in place" : "");
+                  << (in_place ? " in place" : "") << (claims ? " claimed" : " static");
             }
           }
         }
       }
     }
+   }
   }
 }
 

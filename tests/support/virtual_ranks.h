@@ -22,7 +22,8 @@ class VirtualRanks {
     world_ = world;
     timeout_ns_ = timeout_ns;
     COLLECTIVED_RETURN_IF_ERROR(device::PreloadKernels());
-    const uint64_t words = ring::kFlagWords + 8 * 64 + uint64_t{ring::kMaxDeviceRanks} * ring::kMaxBlocks;
+    const uint64_t words = ring::kFlagWords + 8 * 64 + uint64_t{ring::kMaxDeviceRanks} * ring::kMaxBlocks +
+                           2 * ring::kClaimStrideWords;
     COLLECTIVED_GPU_CHECK(gpuMalloc(reinterpret_cast<void**>(&words_), words * 8));
     COLLECTIVED_GPU_CHECK(gpuMemset(words_, 0, words * 8));
     void* mapped = nullptr;
@@ -72,6 +73,14 @@ class VirtualRanks {
   uint64_t* abort_word() const { return words_ + ring::kFlagWords + 8 * 60; }
   // Rank r's block completion words (DeviceOpArgs::block_done), after the above.
   uint64_t* block_done(uint32_t r) const { return words_ + ring::kFlagWords + 8 * 64 + r * ring::kMaxBlocks; }
+  // The claim counters (DeviceOpArgs::claims), after the block words.
+  uint32_t* claims() const {
+    return reinterpret_cast<uint32_t*>(words_ + ring::kFlagWords + 8 * 64 + uint64_t{ring::kMaxDeviceRanks} * ring::kMaxBlocks);
+  }
+  // Two-shot push claims its work (DeviceOpArgs::claims), as the client
+  // library runs ranks that share a GPU, which these do; off: the static split
+  // (--gpu-static-two-shot).
+  void SetClaims(bool on) { claims_on_ = on; }
   // Single launch with a completion word per block (as the client library
   // runs its ops) instead of done; every op must then run the same blocks.
   void SetPerBlockCompletion(bool on) { per_block_ = on; }
@@ -137,6 +146,8 @@ class VirtualRanks {
     a.unsafe_skip_end_barrier = (bench_skip_ & kBenchSkipEndBarrier) != 0;
     a.start_flag_release = start_flag_release_;
     a.end_fence_gpu_scope = end_fence_gpu_scope_;
+    a.claims = claims_on_ ? claims() : nullptr;
+    a.claim_work = claims_on_;  // at every size: the tests' ops are small
     return a;
   }
 
@@ -243,6 +254,7 @@ class VirtualRanks {
   bool gen_mirror_on_ = false;
   bool start_flag_release_ = false;
   bool end_fence_gpu_scope_ = true;
+  bool claims_on_ = true;
   bool gather_pull_ = false;
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
