@@ -85,8 +85,13 @@ TEST(DeviceCollectivesTest, LaunchersRefuseBadArguments) {
 // ones, so a claim counter is zeroed by ops of the other kind too.
 TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
   REQUIRE_GPU();
-  for (uint32_t n : {2u, 3u, 8u}) {
-   for (bool claims : {true, false}) {
+  struct Case {
+    uint32_t n;
+    bool claims;
+  };
+  for (Case c : {Case{2, true}, Case{2, false}, Case{3, true}, Case{3, false}, Case{8, true}, Case{8, false}}) {
+    const uint32_t n = c.n;
+    const bool claims = c.claims;
     const uint64_t max_count = 100003;
     VirtualRanks vr;
     ASSERT_TRUE(vr.Init(n, max_count * 8, max_count * 8).ok());
@@ -113,7 +118,6 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
         }
       }
     }
-   }
   }
 }
 
