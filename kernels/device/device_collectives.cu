@@ -223,14 +223,7 @@ __device__ void ReduceClaimed(const DeviceRankArgs& a, uint32_t* counter) {
     __syncthreads();
     u = claimed[i ^ 1];
   }
-  if (a.rank == 0) {
-    const uint64_t tid = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const uint64_t nthreads = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-    for (uint64_t j = packs * kN + tid; j < a.count; j += nthreads) {
-      const T v = ReduceOne<T, kOp>(a.inputs, a.world, j);
-      for (uint32_t k = 0; k < a.world; ++k) static_cast<T*>(a.outputs[k])[j] = v;
-    }
-  }
+  if (a.rank == 0) ReduceRange<T, kOp>(a, Range{packs * kN, a.count}, 0, a.world - 1, /*vec=*/false);
 }
 
 template <typename T, ReduceOp kOp>

@@ -121,6 +121,39 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
   }
 }
 
+// As the client library runs them: claimed and static two-shot ops on one
+// set of counters, decided op by op, in every order (claimed after claimed,
+// after static, and both after one-shot), at sizes below and above the L2
+// (streaming accesses) and with a scalar tail.
+TEST(DeviceCollectivesTest, ClaimedAndStaticTwoShotOpsInOneSequence) {
+  REQUIRE_GPU();
+  const uint64_t big = uint64_t{4} << 20;  // 16 MiB of float32 a rank: 2 x 8 x 16 MiB exceeds any L2
+  const bool claim[] = {true, true, false, true, false, false, true, true, false};
+  for (uint32_t n : {2u, 8u}) {
+    VirtualRanks vr;
+    ASSERT_TRUE(vr.Init(n, big * 4, big * 4).ok());
+    vr.SetSingleLaunch(n == 2);  // single launch for 2 ranks, post/complete launches for 8
+    uint64_t seed = 900;
+    int step = 0;
+    for (uint64_t count : {uint64_t{100003}, big, big - 3}) {
+      for (bool work : claim) {
+        ++seed;
+        ++step;
+        const DeviceAlgorithm algo = step % 5 == 0 ? DeviceAlgorithm::kOneShot : DeviceAlgorithm::kTwoShotPush;
+        const bool in_place = step % 3 == 0;
+        vr.SetClaimWork(work);
+        ASSERT_TRUE(vr.Prepare(DataType::kFloat32, ReduceOp::kSum, false, seed, count, in_place).ok());
+        ASSERT_TRUE(vr.AllReduce(DataType::kFloat32, ReduceOp::kSum, algo, count, in_place, BlocksFor(n)).ok());
+        ASSERT_TRUE(vr.Sync().ok());
+        ASSERT_EQ(vr.Error(), kDeviceOk);
+        EXPECT_EQ(vr.Wrong(DataType::kFloat32, ReduceOp::kSum, false, seed, count), 0u)
+            << "n=" << n << " step " << step << " count=" << count << (in_place ? " in place" : "")
+            << (algo == DeviceAlgorithm::kOneShot ? " one-shot" : work ? " claimed" : " static");
+      }
+    }
+  }
+}
+
 // One all-gather of `count` elements per rank in each form: push and pull
 // (each rank writes only its own output, peers' unmapped), in and out of
 // place; every element checked. `blocks` per rank, BlocksFor(n) where 0.

@@ -81,6 +81,10 @@ class VirtualRanks {
   // library runs ranks that share a GPU, which these do; off: the static split
   // (--gpu-static-two-shot).
   void SetClaims(bool on) { claims_on_ = on; }
+  // With claims on: whether the next ops claim their work (claim_work), as
+  // the client library decides op by op (ring::TwoShotClaimsPay); the
+  // counters stay in every op's arguments either way.
+  void SetClaimWork(bool on) { claim_work_ = on; }
   // Single launch with a completion word per block (as the client library
   // runs its ops) instead of done; every op must then run the same blocks.
   void SetPerBlockCompletion(bool on) { per_block_ = on; }
@@ -147,7 +151,7 @@ class VirtualRanks {
     a.start_flag_release = start_flag_release_;
     a.end_fence_gpu_scope = end_fence_gpu_scope_;
     a.claims = claims_on_ ? claims() : nullptr;
-    a.claim_work = claims_on_;  // at every size: the tests' ops are small
+    a.claim_work = claims_on_ && claim_work_;  // at every size unless told: the tests' ops are small
     return a;
   }
 
@@ -255,6 +259,7 @@ class VirtualRanks {
   bool start_flag_release_ = false;
   bool end_fence_gpu_scope_ = true;
   bool claims_on_ = true;
+  bool claim_work_ = true;
   bool gather_pull_ = false;
   uint32_t skew_rank_ = UINT32_MAX;
   uint64_t skew_ = 0;
