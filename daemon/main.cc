@@ -181,7 +181,7 @@ void DefineOptions(CLI::App& app, cd::DaemonConfig& cfg, cd::ConfigChoices& choi
   app.add_flag("--gpu-static-two-shot", cfg.gpu_static_two_shot,
                "client-executed GPU two-shot all-reduces split their work statically (rank r's blocks reduce "
                "chunk r) where every rank of the communicator shares one GPU, instead of claiming it from a "
-               "shared counter where each block moves at least 768 KiB (docs/gpu-backend.md, \"Claimed two-shot\")");
+               "shared counter where each block moves at least 1.5 MiB (docs/gpu-backend.md, \"Claimed two-shot\")");
   app.add_flag("--unsafe-skip-end-barrier", cfg.unsafe_skip_end_barrier,
                "NEGATIVE CONTROL: ranks leave ops without the final barrier (AITER bug class)");
   app.add_flag("--unsafe-event-before-epilogue", cfg.unsafe_event_before_epilogue,

@@ -42,10 +42,12 @@ uint64_t HostOneShotMaxBytes(uint64_t configured, uint32_t world_size, bool daem
 // (the op reads world x bytes and writes as much over world x blocks
 // blocks). Claims even out the blocks' ends, which a static split leaves
 // further apart the longer a block runs, at a cost that does not shrink
-// with the op: on an H100, 16 MiB, 8 ranks (1 MiB a block) and 64 MiB at 2,
-// 4 and 8 ranks (1-4 MiB) got 2.4-3.9 % faster; 16 MiB at 4 ranks (0.5 MiB)
-// and 2 (0.25 MiB) got 3-7 % slower (bench/RESULTS.md, "Claimed two-shot").
-constexpr uint64_t kClaimMinBlockTraffic = 768 * 1024;
+// with the op: on an H100 (132 SMs, one block a rank per SM: 16 / 33 / 66
+// blocks at 8 / 4 / 2 ranks), 16 MiB at 8 ranks (2 MiB a block) and 64 MiB
+// at 2, 4 and 8 ranks (2-8 MiB) got 2.4-4.5 % faster; 16 MiB at 4 ranks
+// (1 MiB a block) and 2 (0.5 MiB) got 2.4-6.4 % slower (bench/RESULTS.md,
+// "Claimed two-shot"). The bound lies between those cells.
+constexpr uint64_t kClaimMinBlockTraffic = 1536 * 1024;
 bool TwoShotClaimsPay(uint64_t bytes, uint32_t blocks_per_rank);
 
 // INVALID_ARGUMENT naming the first rank whose op differs from rank 0's

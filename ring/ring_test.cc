@@ -326,13 +326,15 @@ TEST(MatcherTest, ThresholdPicksThePlan) {
   EXPECT_EQ(ChooseAlgorithm(CollectiveKind::kAllGather, 1 << 30, 1024), Algorithm::kGather);
 }
 
-// The measured cells (a 132-SM card, 264 blocks shared by the ranks).
+// The measured cells: a 132-SM card, one block a rank per SM
+// (device::kResidentBlocksPerSm), so 16 / 33 / 66 blocks at 8 / 4 / 2 ranks.
 TEST(MatcherTest, ClaimsWhereEachBlockMovesEnough) {
   constexpr uint64_t kMiB = 1 << 20;
-  EXPECT_TRUE(TwoShotClaimsPay(16 * kMiB, 264 / 8));   // 1 MiB a block: faster
-  EXPECT_FALSE(TwoShotClaimsPay(16 * kMiB, 264 / 4));  // 0.5 MiB: slower
-  EXPECT_FALSE(TwoShotClaimsPay(16 * kMiB, 264 / 2));
-  EXPECT_TRUE(TwoShotClaimsPay(64 * kMiB, 264 / 2));
+  EXPECT_TRUE(TwoShotClaimsPay(16 * kMiB, 132 / 8));   // 2 MiB of traffic a block: faster
+  EXPECT_FALSE(TwoShotClaimsPay(16 * kMiB, 132 / 4));  // 1 MiB: slower
+  EXPECT_FALSE(TwoShotClaimsPay(16 * kMiB, 132 / 2));  // 0.5 MiB: slower
+  EXPECT_TRUE(TwoShotClaimsPay(64 * kMiB, 132 / 2));   // 2 MiB: faster
+  EXPECT_TRUE(TwoShotClaimsPay(64 * kMiB, 132 / 4));
   EXPECT_TRUE(TwoShotClaimsPay(kClaimMinBlockTraffic / 2 * 7, 7));
   EXPECT_FALSE(TwoShotClaimsPay(kClaimMinBlockTraffic / 2 * 7 - 1, 7));
   EXPECT_FALSE(TwoShotClaimsPay(uint64_t{1} << 40, 0));
