@@ -127,7 +127,7 @@ TEST(DeviceCollectivesTest, AllReduceEveryTypeOpAlgorithmAndPlacement) {
 // (streaming accesses) and with a scalar tail.
 TEST(DeviceCollectivesTest, ClaimedAndStaticTwoShotOpsInOneSequence) {
   REQUIRE_GPU();
-  const uint64_t big = uint64_t{4} << 20;  // 16 MiB of float32 a rank: 2 x 8 x 16 MiB exceeds any L2
+  const uint64_t big = uint64_t{4} << 20;  // 16 MiB of float32 a rank: 2 x n x 16 MiB exceeds an H100 or H200 L2
   const bool claim[] = {true, true, false, true, false, false, true, true, false};
   for (uint32_t n : {2u, 8u}) {
     VirtualRanks vr;
